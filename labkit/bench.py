@@ -1,0 +1,51 @@
+"""Benchmarks behind the course's measured claims, run as ``labkit bench NAME``.
+
+Taught in: lab 01 (``data``: the fast path vs the DataLoader). Each benchmark prints
+what it measures first, and its headline ratio as the last line.
+"""
+
+import time
+
+import torch
+
+from labkit import data
+
+__all__ = ["BENCHMARKS", "run", "data_loading"]
+
+
+def _batches_per_second(batches, count: int, warmup: int = 10) -> float:
+    """Time ``count`` batches after ``warmup`` (worker start-up is not throughput)."""
+    iterator = iter(batches)
+    for _ in range(warmup):
+        next(iterator)
+    start = time.perf_counter()
+    for _ in range(count):
+        images, _labels = next(iterator)
+    images.sum().item()   # make sure the last batch really exists
+    return count / (time.perf_counter() - start)
+
+
+def data_loading(count: int = 300) -> float:
+    """Compare batches/s: device-resident fast path vs DataLoader (batch 64, 1 worker)."""
+    torch.set_num_threads(1)   # one core each side: the DataLoader worker gets the other
+    print(f"Timing {count} batches of 64 MNIST images each way, on the CPU.")
+    loader = data.dataloader(train=True, batch_size=64, num_workers=1)
+    slow = _batches_per_second(loader, count)
+    print(f"DataLoader (ToTensor+Normalize, 1 worker): {slow:,.0f} batches/s")
+    fast_data = data.DeviceData.mnist(train=True)
+    fast = _batches_per_second(fast_data.batches(64), count)
+    print(f"fast path (tensors in memory, shuffled index): {fast:,.0f} batches/s")
+    ratio = fast / slow
+    print(f"fast path vs DataLoader: {ratio:.1f}x")
+    return ratio
+
+
+BENCHMARKS = {"data": data_loading}
+
+
+def run(name: str):
+    """Run the benchmark called ``name``; an unknown name lists the valid ones."""
+    if name not in BENCHMARKS:
+        raise ValueError(f"Unknown benchmark {name!r}: choose one of "
+                         f"{', '.join(sorted(BENCHMARKS))}.")
+    return BENCHMARKS[name]()

@@ -1,0 +1,33 @@
+"""What every check shares: calling the learner's code and reporting the verdict."""
+
+import math
+
+__all__ = ["ExerciseFailed", "attempt", "passed", "expect_close"]
+
+
+class ExerciseFailed(AssertionError):
+    """The exercise is not solved yet; the message is the hint."""
+
+
+def attempt(exercise: str, fn, *args, **kwargs):
+    """Call the learner's ``fn``; turn the stub's NotImplementedError into a hint."""
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError:
+        raise ExerciseFailed(f"{exercise}: not done yet. Replace "
+                             "`raise NotImplementedError()` with your code and re-run "
+                             "the cell, then this one.") from None
+
+
+def passed(exercise: str, detail: str = "") -> None:
+    """Print the success line."""
+    print(f"✅ {exercise}: passed. {detail}".rstrip())
+
+
+def expect_close(exercise: str, got, want: float, case: str, hint: str = "",
+                 rel: float = 1e-6) -> None:
+    """Fail with the numbers and a hint unless ``got`` is within ``rel`` of ``want``."""
+    if not isinstance(got, (int, float)) or not math.isclose(got, want, rel_tol=rel,
+                                                             abs_tol=1e-12):
+        raise ExerciseFailed(f"{exercise}: for {case} expected {want:.6g}, got {got!r}. "
+                             f"{hint}".rstrip())

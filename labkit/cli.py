@@ -1,0 +1,84 @@
+"""The ``labkit`` command: argument parsing only; each verb calls what the labs call.
+
+    labkit doctor                 environment and hardware report (lab 00)
+    labkit data prepare           download or verify MNIST in $LABKIT_DATA
+    labkit build-labs [--check]   regenerate labs/ from solutions/
+    labkit bench NAME             run a benchmark (labkit bench --help lists them)
+"""
+
+import argparse
+import sys
+
+__all__ = ["main"]
+
+
+def _doctor(args) -> int:
+    from labkit import hardware
+
+    hardware.print_report()
+    return 0
+
+
+def _prepare(args) -> int:
+    from labkit import data
+
+    root = data.prepare(args.root, download=False if args.offline else None)
+    print(f"MNIST ready in {root / 'MNIST' / 'raw'} (MD5 verified).")
+    return 0
+
+
+def _build_labs(args) -> int:
+    from labkit import course
+
+    changed = course.build_labs(args.solutions, args.labs, check=args.check)
+    if args.check:
+        for path in changed:
+            print(f"stale: {path} (run `labkit build-labs`)")
+        print("labs/ are up to date." if not changed else f"{len(changed)} stale lab(s).")
+        return 1 if changed else 0
+    print(f"Wrote {len(changed)} lab(s)." if changed else "labs/ were already up to date.")
+    return 0
+
+
+def _bench(args) -> int:
+    from labkit import bench
+
+    bench.run(args.name)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="labkit", description=__doc__.split("\n")[0])
+    verbs = parser.add_subparsers(dest="verb", required=True)
+    verbs.add_parser("doctor", help="print the environment report").set_defaults(run=_doctor)
+    data = verbs.add_parser("data", help="manage the MNIST files")
+    data_verbs = data.add_subparsers(dest="action", required=True)
+    prepare = data_verbs.add_parser("prepare", help="download or verify MNIST")
+    prepare.add_argument("--root", default=None, help="data folder (default $LABKIT_DATA)")
+    prepare.add_argument("--offline", action="store_true", help="never download")
+    prepare.set_defaults(run=_prepare)
+    build = verbs.add_parser("build-labs", help="generate labs/ from solutions/")
+    build.add_argument("--check", action="store_true", help="exit 1 if labs/ are stale")
+    build.add_argument("--solutions", default="solutions")
+    build.add_argument("--labs", default="labs")
+    build.set_defaults(run=_build_labs)
+    bench = verbs.add_parser("bench", help="run a benchmark")
+    from labkit.bench import BENCHMARKS
+
+    bench.add_argument("name", choices=sorted(BENCHMARKS))
+    bench.set_defaults(run=_bench)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Parse ``argv`` and run the verb; errors from labkit print as one clear line."""
+    args = _parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (ValueError, RuntimeError) as err:
+        print(f"labkit {args.verb}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

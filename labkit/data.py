@@ -1,0 +1,141 @@
+"""MNIST from disk (MD5-checked by torchvision's list), the classic DataLoader, and the
+device-resident fast path.
+
+Taught in: lab 01 (data loading as a bottleneck); every later lab reuses ``DeviceData``.
+Files live in ``$LABKIT_DATA/MNIST/raw/`` (torchvision's layout; default ``data/`` at
+the repository root). Nothing here substitutes synthetic data when files are missing.
+"""
+
+import os
+from pathlib import Path
+from urllib.error import URLError
+
+import torch
+from torchvision import datasets, transforms
+from torchvision.datasets.utils import check_integrity
+
+__all__ = ["DataError", "MEAN", "STD", "data_root", "prepare", "mnist",
+           "classic_transform", "dataloader", "DeviceData"]
+
+MEAN, STD = 0.1307, 0.3081   # MNIST pixel mean and std, as in pytorch/examples
+DATA_ENV, OFFLINE_ENV = "LABKIT_DATA", "LABKIT_OFFLINE"
+
+
+class DataError(RuntimeError):
+    """MNIST is missing, corrupt or could not be downloaded; the message says what to do."""
+
+
+def data_root() -> Path:
+    """Return the data folder: ``$LABKIT_DATA``, else ``data/`` at the repository root."""
+    if os.environ.get(DATA_ENV):
+        return Path(os.environ[DATA_ENV]).expanduser()
+    return Path(__file__).resolve().parents[1] / "data"
+
+
+def _raw_folder(root: Path) -> Path:
+    return Path(root) / "MNIST" / "raw"
+
+
+def _how_to_fix(raw: Path) -> str:
+    names = ", ".join(name for name, _ in datasets.MNIST.resources)
+    return (f"Run `labkit data prepare` on a machine with internet access, or copy the "
+            f"four original files ({names}) into {raw}.")
+
+
+def _missing_files(root: Path) -> list[str]:
+    """Return the missing .gz files; raise DataError on any whose MD5 is wrong."""
+    raw, missing = _raw_folder(root), []
+    for name, md5 in datasets.MNIST.resources:
+        path = raw / name
+        if not path.exists():
+            missing.append(name)
+        elif not check_integrity(str(path), md5):
+            raise DataError(f"{path} is corrupt: its MD5 is not torchvision's {md5}. "
+                            f"Delete it, then: {_how_to_fix(raw)}")
+    return missing
+
+
+def prepare(root=None, download: bool | None = None) -> Path:
+    """Make sure MNIST is in ``root``, MD5-verified and unpacked; return ``root``.
+
+    Downloads through torchvision when files are missing, unless ``download`` is False
+    or ``LABKIT_OFFLINE=1`` is set (tests and CI never touch the network).
+    """
+    root = Path(root) if root is not None else data_root()
+    if download is None:
+        download = os.environ.get(OFFLINE_ENV, "") not in {"1", "true", "yes"}
+    raw = _raw_folder(root)
+    missing = _missing_files(root)
+    if missing and not download:
+        raise DataError(f"MNIST is not in {raw} (missing: {', '.join(missing)}) and "
+                        f"downloading is off. {_how_to_fix(raw)}")
+    try:
+        for train in (True, False):   # unpacks the verified .gz, downloads what is missing
+            datasets.MNIST(root, train=train, download=True)
+    except (URLError, OSError, RuntimeError) as err:
+        raise DataError(f"Could not download MNIST into {raw}: {err}. "
+                        f"{_how_to_fix(raw)}") from err
+    _missing_files(root)
+    return root
+
+
+def mnist(train: bool = True, root=None, transform=None):
+    """Return torchvision's MNIST split after ``prepare`` (PIL images, like the article)."""
+    root = prepare(root)
+    try:
+        return datasets.MNIST(root, train=train, transform=transform)
+    except (RuntimeError, ValueError, OSError) as err:
+        raise DataError(f"The unpacked MNIST files in {_raw_folder(root)} are unreadable "
+                        f"({err}). Delete the files without .gz there and run "
+                        "`labkit data prepare` again.") from err
+
+
+def classic_transform():
+    """Return pytorch/examples' transform: ToTensor() then Normalize (note the brackets)."""
+    return transforms.Compose([transforms.ToTensor(), transforms.Normalize((MEAN,), (STD,))])
+
+
+def dataloader(train: bool = True, batch_size: int = 64, num_workers: int = 1,
+               limit: int | None = None, root=None) -> torch.utils.data.DataLoader:
+    """Return the classic DataLoader (pytorch/examples settings); ``limit`` keeps a prefix."""
+    dataset = mnist(train, root, transform=classic_transform())
+    if limit is not None:
+        dataset = torch.utils.data.Subset(dataset, range(min(limit, len(dataset))))
+    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=train,
+                                       num_workers=num_workers,
+                                       persistent_workers=num_workers > 0)
+
+
+class DeviceData:
+    """A whole split as normalized tensors on one device, batched by shuffled index.
+
+    ``images``: (N, 1, 28, 28) float32, ``labels``: (N,) int64, both on ``device``.
+    No DataLoader, no per-sample Python: one index gather per batch.
+    """
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor):
+        if len(images) != len(labels):
+            raise ValueError(f"{len(images)} images but {len(labels)} labels.")
+        self.images, self.labels = images, labels
+
+    @classmethod
+    def mnist(cls, train: bool = True, device="cpu", limit: int | None = None, root=None):
+        """Load a split onto ``device``, normalized like ``classic_transform``."""
+        split = mnist(train, root)
+        pixels, labels = split.data[:limit], split.targets[:limit]   # (N, 28, 28) uint8
+        images = pixels.unsqueeze(1).to(device).float().div_(255).sub_(MEAN).div_(STD)
+        return cls(images, labels.to(device))
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def batches(self, batch_size: int, shuffle: bool = True, generator=None):
+        """Yield (images, labels) batches; a fresh permutation per call when shuffling."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+        n = len(self)
+        order = (torch.randperm(n, generator=generator).to(self.labels.device)
+                 if shuffle else torch.arange(n, device=self.labels.device))
+        for start in range(0, n, batch_size):
+            index = order[start:start + batch_size]
+            yield self.images[index], self.labels[index]

@@ -1,0 +1,166 @@
+"""Find the hardware, report it, and choose a backend and devices, saying why.
+
+Taught in: lab 00 (environment checks: nvidia-smi, CUDA driver vs toolkit vs the CUDA
+inside the torch wheel, PATH/LD_LIBRARY_PATH); ``choose`` opens every later lab.
+Nothing here initialises CUDA in the calling process, so it is safe before a fork.
+"""
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["Setup", "BACKENDS", "choose", "cpu_count", "report", "print_report"]
+
+BACKENDS = ("auto", "nccl", "gloo")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a lab runs on: backend, device type, number of ranks, and why."""
+
+    backend: str       # "nccl" or "gloo"
+    device_type: str   # "cuda" or "cpu"
+    world_size: int
+    reason: str
+
+    def device(self, rank: int = 0) -> torch.device:
+        """Return the device of ``rank``: its own GPU with NCCL, else the CPU."""
+        if self.device_type == "cuda":
+            return torch.device("cuda", rank % max(1, torch.cuda.device_count()))
+        return torch.device("cpu")
+
+
+def cpu_count() -> int:
+    """Return the CPU cores this process may use (respects taskset and containers)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS has no sched_getaffinity
+        return os.cpu_count() or 1
+
+
+def _check_world_size(world_size) -> None:
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+        raise ValueError(f"world_size must be a positive integer (the number of ranks), "
+                         f"got {world_size!r}.")
+
+
+def choose(world_size: int = 1, backend: str = "auto", verbose: bool = True) -> Setup:
+    """Choose NCCL with one GPU per rank when possible, else gloo with CPU ranks.
+
+    ``backend="nccl"`` insists on GPUs and raises when there are too few;
+    ``"gloo"`` always runs ranks as CPU processes. Prints one line saying why.
+    """
+    _check_world_size(world_size)
+    if backend not in BACKENDS:
+        raise ValueError(f"Unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}.")
+    found = torch.cuda.device_count()
+    have_nccl = dist.is_available() and dist.is_nccl_available()
+    if backend == "nccl" and (found < world_size or not have_nccl):
+        raise ValueError(
+            f"NCCL needs one GPU per rank: {world_size} rank(s) asked, {found} GPU(s) "
+            f"found{'' if have_nccl else ' and this PyTorch has no NCCL'}. Ask for "
+            f"world_size <= {found}, or use backend='gloo' to run the ranks on the CPU.")
+    if backend == "gloo":
+        setup = Setup("gloo", "cpu", world_size, "gloo asked for: ranks are CPU processes")
+    elif found >= world_size and have_nccl:
+        setup = Setup("nccl", "cuda", world_size,
+                      f"{found} GPU(s) found, {world_size} rank(s) wanted: one GPU per "
+                      "rank, NCCL between them")
+    else:
+        why = "this PyTorch has no NCCL" if found and not have_nccl else \
+            f"{found} GPU(s) found, {world_size} rank(s) wanted"
+        setup = Setup("gloo", "cpu", world_size,
+                      f"{why}: ranks run as CPU processes with gloo (same code, "
+                      "slower; the lab says where numbers differ from GPUs)")
+    if verbose:
+        print(f"Backend: {setup.backend} on {setup.device_type}, {world_size} rank(s) "
+              f"- {setup.reason}")
+    return setup
+
+
+def _run(cmd: list[str]) -> str | None:
+    """Return a command's stdout, or None when it is missing or fails."""
+    if shutil.which(cmd[0]) is None:
+        return None
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _memory_gib() -> str:
+    """Return total and available RAM from /proc/meminfo, in GiB."""
+    try:
+        with open("/proc/meminfo") as f:
+            info = {line.split(":")[0]: int(line.split()[1]) for line in f}
+        return (f"{info['MemTotal'] / 2**20:.1f} GiB total, "
+                f"{info['MemAvailable'] / 2**20:.1f} GiB available")
+    except (OSError, KeyError, ValueError):
+        return "unknown (no /proc/meminfo)"
+
+
+def _shm_gib() -> str:
+    """Return the size of /dev/shm: DataLoader workers and NCCL need it in containers."""
+    try:
+        stat = os.statvfs("/dev/shm")
+    except OSError:
+        return "none"
+    return f"{stat.f_frsize * stat.f_blocks / 2**30:.1f} GiB"
+
+
+def _gpu_rows() -> list[tuple[str, str]]:
+    rows = []
+    smi = _run(["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version",
+                "--format=csv,noheader"])
+    if smi:
+        rows += [("nvidia-smi GPU", line) for line in smi.splitlines()]
+        topo = _run(["nvidia-smi", "topo", "-m"])
+        rows.append(("nvidia-smi topo -m", "\n" + topo if topo else "not available"))
+    else:
+        rows.append(("nvidia-smi", "not found or failed: no NVIDIA driver visible here"))
+    return rows
+
+
+def report() -> list[tuple[str, str]]:
+    """Collect the environment as (label, value) rows; works with no GPU."""
+    nvcc = _run(["nvcc", "--version"])
+    rows = [
+        ("Python", f"{platform.python_version()} ({sys.executable})"),
+        ("Platform", platform.platform()),
+        ("PyTorch", torch.__version__),
+        ("CUDA inside the torch wheel", torch.version.cuda or "none (CPU-only build)"),
+        ("torch.cuda.is_available()", str(torch.cuda.is_available())),
+        ("torch.cuda.device_count()", str(torch.cuda.device_count())),
+        *_gpu_rows(),
+        ("nvcc (CUDA toolkit on PATH)",
+         nvcc.splitlines()[-1] if nvcc else "not on PATH (fine: the wheel brings CUDA)"),
+        ("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", "(not set)")),
+        ("LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH", "(not set)")),
+        ("gloo available", str(dist.is_available() and dist.is_gloo_available())),
+        ("NCCL available", str(dist.is_available() and dist.is_nccl_available())),
+        ("CPU cores", f"{cpu_count()} usable of {os.cpu_count()}"),
+        ("RAM", _memory_gib()),
+        ("/dev/shm", _shm_gib()),
+    ]
+    for i in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(i)
+        rows.append((f"cuda:{i}", f"{props.name}, {props.total_memory / 2**30:.1f} GiB"))
+    return rows
+
+
+def print_report() -> Setup:
+    """Print the environment report and the backend a 2-rank lab would choose."""
+    rows = report()
+    width = max(len(label) for label, _ in rows)
+    for label, value in rows:
+        print(f"{label:<{width}}  {value}")
+    world_size = max(2, torch.cuda.device_count())
+    print(f"\nA {world_size}-rank lab on this machine:")
+    return choose(world_size)

@@ -1,0 +1,45 @@
+"""Quick or full mode, and ``begin``: the one call that opens every lab.
+
+Taught in: every lab's setup cell. Quick mode (``LABKIT_QUICK=1``) shrinks data and
+steps so CI runs every notebook in seconds; learners get full mode.
+"""
+
+import os
+
+__all__ = ["QUICK_ENV", "is_quick", "pick", "describe", "begin"]
+
+QUICK_ENV = "LABKIT_QUICK"
+
+
+def is_quick() -> bool:
+    """Tell whether quick mode is on (``LABKIT_QUICK`` set to 1/true/yes/on)."""
+    return os.environ.get(QUICK_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def pick(full, quick):
+    """Return ``quick`` in quick mode, else ``full`` (sizes, steps, epochs)."""
+    return quick if is_quick() else full
+
+
+def describe() -> str:
+    """Say which mode is on and how to switch."""
+    if is_quick():
+        return (f"Mode: QUICK ({QUICK_ENV}=1): small subsets and few steps, "
+                "numbers are only indicative. Unset it for the full lab.")
+    return (f"Mode: FULL: the real data and step counts. "
+            f"Set {QUICK_ENV}=1 for a fast smoke run.")
+
+
+def begin(world_size: int = 1, backend: str = "auto"):
+    """Print the mode, the hardware found and the backend this lab will use; return it.
+
+    Returns a ``hardware.Setup`` (backend, device type, world size and the reason).
+    """
+    import torch
+
+    from labkit import hardware
+
+    print(describe())
+    print(f"PyTorch {torch.__version__} (built for CUDA {torch.version.cuda or 'none'})"
+          f", {hardware.cpu_count()} CPU core(s) available")
+    return hardware.choose(world_size, backend)

@@ -1,0 +1,123 @@
+"""Train and evaluate on one device: a step, an epoch loop with throughput, a live plot.
+
+Taught in: lab 01 (the single-device baseline every later lab is measured against).
+The loop is the plain one from the article; labs show it in full before using ``fit``.
+"""
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+__all__ = ["train_step", "evaluate", "History", "fit", "LivePlot", "synchronize"]
+
+
+def train_step(model, images, labels, optimizer, autocast: bool = False) -> float:
+    """Run one optimisation step and return the loss before the update."""
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=autocast):
+        loss = F.cross_entropy(model(images), labels)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+@torch.no_grad()
+def evaluate(model, batches) -> float:
+    """Return the accuracy (0..1) of ``model`` over an iterable of (images, labels)."""
+    model.eval()
+    correct = total = 0
+    for images, labels in batches:
+        correct += (model(images).argmax(dim=1) == labels).sum().item()
+        total += len(labels)
+    model.train()
+    return correct / max(total, 1)
+
+
+def synchronize(device) -> None:
+    """Wait for queued GPU work, so wall-clock timings are honest; no-op on CPU."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass
+class History:
+    """What ``fit`` measured: per-step losses, per-epoch accuracy, time and images/s."""
+
+    losses: list = field(default_factory=list)
+    accuracies: list = field(default_factory=list)
+    images: int = 0
+    seconds: float = 0.0   # training only: evaluation is excluded
+
+    @property
+    def images_per_second(self) -> float:
+        return self.images / self.seconds if self.seconds else 0.0
+
+
+def fit(model, make_batches, test_batches, epochs: int, optimizer, scheduler=None,
+        device="cpu", autocast: bool = False, plot: bool = True,
+        max_steps: int | None = None) -> History:
+    """Train for ``epochs`` and evaluate after each; show a bar and a live plot.
+
+    ``make_batches(epoch)`` returns that epoch's (images, labels) on ``device``
+    (``DeviceData.batches`` or a DataLoader); ``test_batches()`` likewise for testing.
+    ``max_steps`` stops each epoch early (quick mode, fair side-by-side timings).
+    """
+    history, live = History(), LivePlot() if plot else None
+    model.train()
+    for epoch in range(epochs):
+        synchronize(device)
+        start = time.perf_counter()
+        bar = tqdm(make_batches(epoch), desc=f"epoch {epoch + 1}/{epochs}", leave=False,
+                   total=max_steps)
+        for step, (images, labels) in enumerate(bar):
+            if max_steps is not None and step >= max_steps:
+                break
+            images, labels = images.to(device, non_blocking=True), labels.to(device)
+            history.losses.append(train_step(model, images, labels, optimizer, autocast))
+            history.images += len(labels)
+            if scheduler is not None:
+                scheduler.step()
+            if live and step % 50 == 0:
+                live.update(history)
+        bar.close()
+        synchronize(device)
+        history.seconds += time.perf_counter() - start
+        history.accuracies.append(evaluate(model, test_batches()))
+        if live:
+            live.update(history)
+    print(f"{epochs} epoch(s), {history.images} images in {history.seconds:.1f} s: "
+          f"{history.images_per_second:,.0f} images/s on {device}, "
+          f"test accuracy {history.accuracies[-1]:.2%}")
+    return history
+
+
+class LivePlot:
+    """Loss and accuracy curves that redraw in place in a notebook (nothing elsewhere)."""
+
+    def __init__(self):
+        import matplotlib.pyplot as plt
+
+        self.fig, (self.ax_loss, self.ax_acc) = plt.subplots(1, 2, figsize=(9, 3))
+        plt.close(self.fig)   # shown through the display handle only, not twice
+        self.handle = None
+
+    def update(self, history: History) -> None:
+        """Redraw both panels from ``history``."""
+        from IPython import get_ipython
+        from IPython.display import display
+
+        self.ax_loss.clear()
+        self.ax_loss.plot(history.losses, lw=0.8)
+        self.ax_loss.set(xlabel="step", ylabel="training loss", yscale="log")
+        self.ax_acc.clear()
+        self.ax_acc.plot(range(1, len(history.accuracies) + 1), history.accuracies, "o-")
+        self.ax_acc.set(xlabel="epoch", ylabel="test accuracy")
+        if get_ipython() is None:
+            return
+        if self.handle is None:
+            self.handle = display(self.fig, display_id=True)
+        else:
+            self.handle.update(self.fig)
