@@ -1,0 +1,105 @@
+"""Tests for labkit.course: building labs/ from solutions/, and the repository's notebooks."""
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from labkit import course
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = "def f(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION\n"
+
+
+def _notebook(*sources: str) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    return nb
+
+
+def test_stub_keeps_indent_and_raises():
+    """Does a solution region become an indented NotImplementedError stub?"""
+    lab = course.make_lab(_notebook(SOLUTION))
+    assert lab.cells[0].source == "def f(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()"
+    namespace: dict = {}
+    exec(lab.cells[0].source, namespace)
+    with pytest.raises(NotImplementedError):
+        namespace["f"](1)
+
+
+def test_markdown_answer_is_blanked():
+    """Does a markdown solution become YOUR ANSWER HERE?"""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("Q?\n### BEGIN SOLUTION\nA.\n### END SOLUTION")]
+    assert course.make_lab(nb).cells[0].source == "Q?\nYOUR ANSWER HERE"
+
+
+def test_outputs_are_cleared():
+    """Are outputs and execution counts removed from the lab?"""
+    nb = _notebook("print(1)")
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", text="1\n")]
+    nb.cells[0].execution_count = 3
+    cell = course.make_lab(nb).cells[0]
+    assert cell.outputs == [] and cell.execution_count is None
+
+
+@pytest.mark.parametrize("source, message", [
+    ("### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION", "nested"),
+    ("x = 1\n### END SOLUTION", "without"),
+    ("### BEGIN SOLUTION\nx = 1", "never closed"),
+])
+def test_bad_markers_name_notebook_and_cell(source, message):
+    """Do malformed markers fail with the notebook name and cell index?"""
+    with pytest.raises(course.CourseError, match=rf"demo.ipynb cell 1: .*{message}"):
+        course.make_lab(_notebook("x = 0", source), "demo.ipynb")
+
+
+def test_build_and_check(tmp_path):
+    """Does --check see stale and orphan labs, and does a build make them fresh?"""
+    solutions, labs = tmp_path / "solutions", tmp_path / "labs"
+    solutions.mkdir()
+    nbformat.write(_notebook(SOLUTION), solutions / "a.ipynb")
+    assert course.build_labs(solutions, labs, check=True) == [labs / "a.ipynb"]
+    assert not labs.exists()
+    assert course.build_labs(solutions, labs) == [labs / "a.ipynb"]
+    assert course.build_labs(solutions, labs, check=True) == []
+    nbformat.write(_notebook("x"), labs / "orphan.ipynb")
+    assert course.build_labs(solutions, labs, check=True) == [labs / "orphan.ipynb"]
+    course.build_labs(solutions, labs)
+    assert not (labs / "orphan.ipynb").exists()
+
+
+def test_empty_solutions_is_an_error(tmp_path):
+    """Does an empty solutions folder fail clearly instead of deleting every lab?"""
+    with pytest.raises(course.CourseError, match="No notebooks"):
+        course.build_labs(tmp_path, tmp_path / "labs")
+
+
+def test_repository_labs_are_up_to_date():
+    """Are the committed labs exactly what build-labs makes from the solutions?"""
+    stale = course.build_labs(ROOT / "solutions", ROOT / "labs", check=True)
+    assert stale == [], f"stale labs {stale}: run `labkit build-labs`"
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.glob("labs/*.ipynb")), ids=lambda p: p.name)
+def test_labs_hold_no_solution_code(path):
+    """Does no lab keep a solution marker?"""
+    text = path.read_text()
+    assert course.BEGIN not in text and course.END not in text
+
+
+@pytest.mark.parametrize("path", sorted([*ROOT.glob("labs/*.ipynb"), *ROOT.glob("solutions/*.ipynb")]),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_notebooks_are_committed_without_outputs(path):
+    """Is every notebook stored without outputs or execution counts?"""
+    nb = nbformat.read(path, as_version=4)
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"cell {index}"
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.glob("solutions/*.ipynb")), ids=lambda p: p.name)
+def test_notebook_declares_its_hardware(path):
+    """Does every solution say what hardware it needs (metadata.labkit)?"""
+    needs = nbformat.read(path, as_version=4).metadata.get("labkit", {})
+    assert {"min_gpus", "cpu_ok"} <= set(needs), "metadata.labkit needs min_gpus and cpu_ok"
