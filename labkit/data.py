@@ -15,7 +15,7 @@ from torchvision import datasets, transforms
 from torchvision.datasets.utils import check_integrity
 
 __all__ = ["DataError", "MEAN", "STD", "data_root", "prepare", "mnist",
-           "classic_transform", "dataloader", "DeviceData"]
+           "classic_transform", "dataloader", "DeviceData", "Batches"]
 
 MEAN, STD = 0.1307, 0.3081   # MNIST pixel mean and std, as in pytorch/examples
 DATA_ENV, OFFLINE_ENV = "LABKIT_DATA", "LABKIT_OFFLINE"
@@ -129,13 +129,30 @@ class DeviceData:
     def __len__(self) -> int:
         return len(self.labels)
 
-    def batches(self, batch_size: int, shuffle: bool = True, generator=None):
-        """Yield (images, labels) batches; a fresh permutation per call when shuffling."""
+    def batches(self, batch_size: int, shuffle: bool = True, generator=None) -> "Batches":
+        """Return an iterable of (images, labels) batches with a length (for progress bars).
+
+        Each iteration draws a fresh permutation when shuffling; the last batch may be short.
+        """
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
-        n = len(self)
-        order = (torch.randperm(n, generator=generator).to(self.labels.device)
-                 if shuffle else torch.arange(n, device=self.labels.device))
-        for start in range(0, n, batch_size):
-            index = order[start:start + batch_size]
-            yield self.images[index], self.labels[index]
+        return Batches(self, batch_size, shuffle, generator)
+
+
+class Batches:
+    """One pass over a ``DeviceData`` in batches: ``len()`` is the number of batches."""
+
+    def __init__(self, source: DeviceData, batch_size: int, shuffle: bool, generator):
+        self.source, self.batch_size = source, batch_size
+        self.shuffle, self.generator = shuffle, generator
+
+    def __len__(self) -> int:
+        return -(-len(self.source) // self.batch_size)
+
+    def __iter__(self):
+        n, labels = len(self.source), self.source.labels
+        order = (torch.randperm(n, generator=self.generator).to(labels.device)
+                 if self.shuffle else torch.arange(n, device=labels.device))
+        for start in range(0, n, self.batch_size):
+            index = order[start:start + self.batch_size]
+            yield self.source.images[index], labels[index]

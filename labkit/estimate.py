@@ -1,12 +1,15 @@
-"""Back-of-the-envelope estimates: training memory and gradient-sync time.
+"""Back-of-the-envelope estimates (training memory, gradient-sync time) and a measurement.
 
 Taught in: lab 00 (does it fit? how long does all-reduce take?); lab 04 reuses
 ``training_memory_bytes`` on a model that does not fit. These are the reference
 answers the lab-00 exercises are checked against.
 """
 
+import torch
+import torch.nn.functional as F
+
 __all__ = ["training_memory_bytes", "ring_allreduce_bytes", "allreduce_seconds",
-           "GBIT_ETHERNET"]
+           "measure_training_bytes", "GBIT_ETHERNET"]
 
 # Usable one-way bandwidth in GB/s (bytes, not bits: 10 Gbit/s = 1.25 GB/s).
 GBIT_ETHERNET = {"10 GbE": 1.25, "25 GbE": 3.125, "100 GbE / IB EDR": 12.5,
@@ -36,3 +39,35 @@ def allreduce_seconds(num_params: int, world_size: int, link_gbytes_per_s: float
     if link_gbytes_per_s <= 0:
         raise ValueError(f"link bandwidth must be positive, got {link_gbytes_per_s} GB/s.")
     return ring_allreduce_bytes(num_params, world_size, bytes_per_value) / (link_gbytes_per_s * 1e9)
+
+
+def _nbytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def measure_training_bytes(model, images, labels) -> dict[str, int]:
+    """Run one Adam step on ``model`` and count the bytes each kind of tensor holds.
+
+    Activations are the tensors autograd saves for the backward pass (parameters and
+    repeats excluded), counted with ``torch.autograd.graph.saved_tensors_hooks``.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    seen = {p.untyped_storage().data_ptr() for p in params}
+    activations = []
+
+    def pack(tensor):
+        pointer = tensor.untyped_storage().data_ptr()
+        if pointer not in seen:
+            seen.add(pointer)
+            activations.append(tensor.untyped_storage().nbytes())
+        return tensor
+
+    optimizer = torch.optim.Adam(params)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        loss = F.cross_entropy(model(images), labels)
+    loss.backward()
+    optimizer.step()
+    states = [v for state in optimizer.state.values() for v in state.values()
+              if torch.is_tensor(v) and v.dim() > 0]   # skip Adam's scalar step counter
+    return {"weights": _nbytes(params), "gradients": _nbytes(p.grad for p in params),
+            "adam states": _nbytes(states), "activations": sum(activations)}

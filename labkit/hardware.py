@@ -78,7 +78,11 @@ def choose(world_size: int = 1, backend: str = "auto", verbose: bool = True) -> 
         setup = Setup("gloo", "cpu", world_size,
                       f"{why}: ranks run as CPU processes with gloo (same code, "
                       "slower; the lab says where numbers differ from GPUs)")
-    if verbose:
+    if verbose and world_size == 1:
+        print(f"Device: {setup.device_type} - {found} GPU(s) found"
+              f"{', using the first' if setup.device_type == 'cuda' else ': one CPU process'}"
+              " (multi-process labs print their backend when they start)")
+    elif verbose:
         print(f"Backend: {setup.backend} on {setup.device_type}, {world_size} rank(s) "
               f"- {setup.reason}")
     return setup

@@ -70,8 +70,11 @@ def fit(model, make_batches, test_batches, epochs: int, optimizer, scheduler=Non
     for epoch in range(epochs):
         synchronize(device)
         start = time.perf_counter()
-        bar = tqdm(make_batches(epoch), desc=f"epoch {epoch + 1}/{epochs}", leave=False,
-                   total=max_steps)
+        batches = make_batches(epoch)
+        total = len(batches) if hasattr(batches, "__len__") else None
+        if max_steps is not None:
+            total = min(total, max_steps) if total else max_steps
+        bar = tqdm(batches, desc=f"epoch {epoch + 1}/{epochs}", leave=False, total=total)
         for step, (images, labels) in enumerate(bar):
             if max_steps is not None and step >= max_steps:
                 break
