@@ -40,7 +40,14 @@ def data_loading(count: int = 300) -> float:
     return ratio
 
 
-BENCHMARKS = {"data": data_loading}
+def pipeline_bubble() -> float:
+    """Measure GPipe's bubble against (p-1)/(m+p-1) (lab 05); see ``pipeline_run``."""
+    from labkit import pipeline_run
+
+    return pipeline_run.bubble_benchmark()
+
+
+BENCHMARKS = {"pipeline": pipeline_bubble, "data": data_loading}
 
 
 def run(name: str):

@@ -1,0 +1,227 @@
+"""Run a pipeline schedule for real: stages, micro-batches, gradient accumulation.
+
+Taught in: lab 05 (GPipe from scratch, then 1F1B). Every executor walks the per-rank
+orders of ``pipeline.orders``, so the table you print is the order that runs.
+``run_in_order`` runs in one process, step by step (correct, no overlap);
+``run_on_threads`` gives each rank a thread and a fixed cost per action spent
+*waiting* (``time.sleep`` releases the GIL): on 2 CPU cores that is the only honest
+way to let 4 "devices" overlap, so it measures the schedule, not the arithmetic.
+``explorer`` is the widget: stages, micro-batches, schedule -> chart and bubble %.
+"""
+
+import queue
+import threading
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from labkit import pipeline, timeline
+
+__all__ = ["split_stages", "run_in_order", "run_on_threads", "explorer",
+           "bubble_benchmark"]
+
+
+def split_stages(model: nn.Sequential, num_stages: int) -> list[nn.Sequential]:
+    """Cut an ``nn.Sequential`` into stages holding equal numbers of weighted layers."""
+    weighted = [i for i, layer in enumerate(model) if list(layer.parameters())]
+    if not 1 <= num_stages <= len(weighted):
+        raise ValueError(f"Cannot cut {len(weighted)} weighted layer(s) into "
+                         f"{num_stages} stages: use 1 to {len(weighted)} stages.")
+    per_stage = [len(weighted) // num_stages + (s < len(weighted) % num_stages)
+                 for s in range(num_stages)]
+    cuts, taken = [0], 0
+    for count in per_stage[:-1]:
+        taken += count
+        cuts.append(weighted[taken])   # a stage starts at its first weighted layer
+    cuts.append(len(model))
+    return [model[a:b] for a, b in zip(cuts, cuts[1:])]
+
+
+class _Worker:
+    """One rank's share of a pipeline: its stage modules and its saved activations."""
+
+    def __init__(self, modules: dict, microbatches, last_stage: int, loss_fn):
+        self.modules, self.microbatches = modules, microbatches
+        self.last_stage, self.loss_fn = last_stage, loss_fn
+        self.saved: dict = {}
+        self.losses: dict = {}
+
+    def forward(self, action, received):
+        """Run a stage forward; return the activation to send on (None on the last)."""
+        x, y = self.microbatches[action.microbatch]
+        if action.stage > 0:
+            x = received.detach().requires_grad_(True)
+        out = self.modules[action.stage](x)
+        if action.stage == self.last_stage:   # mean loss of the batch = mean over mbs
+            out = self.loss_fn(out, y) / len(self.microbatches)
+            self.losses[action.microbatch] = out.item() * len(self.microbatches)
+        self.saved[(action.stage, action.microbatch)] = (x, out)
+        return None if action.stage == self.last_stage else out.detach()
+
+    def backward(self, action, received):
+        """Run a stage backward (grads accumulate in .grad); return the input grad."""
+        x, out = self.saved.pop((action.stage, action.microbatch))
+        out.backward(None if action.stage == self.last_stage else received)
+        return x.grad if action.stage > 0 else None
+
+
+def _setup(stages, inputs, targets, num_microbatches, num_ranks, loss_fn):
+    microbatches = pipeline.split_microbatches(inputs, targets, num_microbatches)
+    last = len(stages) - 1
+    return [_Worker({s: stages[s] for s in range(r, len(stages), num_ranks)},
+                    microbatches, last, loss_fn) for r in range(num_ranks)]
+
+
+def run_in_order(stages, inputs, targets, num_microbatches: int, name: str = "gpipe",
+                 loss_fn=F.cross_entropy, recorder=None) -> float:
+    """Run one training step of schedule ``name`` in this process; return the loss.
+
+    Gradients accumulate in the stages' ``.grad`` (call ``zero_grad`` first). The
+    table's steps are walked in order, so every input is ready when it is used.
+    """
+    num_ranks = len(stages)
+    table = pipeline.schedule(name, num_ranks, num_microbatches)
+    workers = _setup(stages, inputs, targets, num_microbatches, num_ranks, loss_fn)
+    mail: dict = {}
+    recorder = recorder or timeline.Recorder()
+    for step in range(len(table[0])):
+        for rank, row in enumerate(table):
+            action = row[step]
+            if action is None:
+                continue
+            key = (action.kind, action.stage, action.microbatch)
+            with recorder.record(action.kind, action.microbatch, row=rank):
+                if action.kind == "F":
+                    sent = workers[rank].forward(action, mail.pop(key, None))
+                    mail[("F", action.stage + 1, action.microbatch)] = sent
+                else:
+                    sent = workers[rank].backward(action, mail.pop(key, None))
+                    mail[("B", action.stage - 1, action.microbatch)] = sent
+    return sum(workers[-1].losses.values()) / num_microbatches
+
+
+def _thread_main(worker, order, boxes, rank, cost_s, recorder, errors):
+    """Walk one rank's order: receive (idle), then compute and wait ``cost_s``, send."""
+    try:
+        for action in order:
+            kind, stage, mb = action.kind, action.stage, action.microbatch
+            first, last = stage == 0, stage == worker.last_stage
+            needs_input = not first if kind == "F" else not last
+            received = boxes[(kind, stage)].get(timeout=60) if needs_input else None
+            with recorder.record(kind, mb, row=rank):
+                if kind == "F":
+                    sent, target = worker.forward(action, received), ("F", stage + 1)
+                else:
+                    sent, target = worker.backward(action, received), ("B", stage - 1)
+                time.sleep(cost_s)   # the stage's fixed cost, spent waiting (GIL free)
+            if sent is not None:
+                boxes[target].put(sent)
+    except Exception as err:   # surfaced by run_on_threads, naming the rank
+        errors.append((rank, err))
+
+
+def run_on_threads(stages, inputs, targets, num_microbatches: int, name: str = "gpipe",
+                   cost_s: float = 0.01, loss_fn=F.cross_entropy):
+    """Run one step of ``name`` with one thread per rank; return (loss, events).
+
+    Each forward and backward also waits ``cost_s`` seconds: equal, known stage costs.
+    Recording happens outside the receive wait, so idle time is the bubble.
+    """
+    num_ranks = len(stages)
+    rank_orders = pipeline.orders(name, num_ranks, num_microbatches)
+    workers = _setup(stages, inputs, targets, num_microbatches, num_ranks, loss_fn)
+    boxes = {(kind, s): queue.Queue() for kind in "FB"
+             for s in range(-1, num_ranks + 1)}
+    recorder, errors = timeline.Recorder(), []
+    threads = [threading.Thread(target=_thread_main, daemon=True,
+                                args=(workers[r], rank_orders[r], boxes, r, cost_s,
+                                      recorder, errors)) for r in range(num_ranks)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        rank, err = errors[0]
+        raise RuntimeError(f"pipeline rank {rank} failed: {err!r}") from err
+    return sum(workers[-1].losses.values()) / num_microbatches, recorder.events()
+
+
+def _measured_bubble(num_stages, num_microbatches, cost_s, repeats) -> float:
+    """Return the median measured bubble of GPipe on threads (equal, known costs)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), *[nn.Linear(16, 16) for _ in range(num_stages)])
+    batch = 8 * num_microbatches
+    inputs, targets = torch.randn(batch, 16), torch.randint(0, 16, (batch,))
+    bubbles = []
+    for _ in range(repeats):
+        stages = split_stages(model, num_stages)
+        _, events = run_on_threads(stages, inputs, targets, num_microbatches,
+                                   "gpipe", cost_s)
+        bubbles.append(pipeline.bubble_fraction(events))
+    return sorted(bubbles)[len(bubbles) // 2]
+
+
+def bubble_benchmark(cost_s: float = 0.04, repeats: int = 3) -> float:
+    """Measure GPipe's bubble for p in {2, 4}, m in {1, 2, 4, 8}; return max deviation.
+
+    Prints one line per case and, last, the worst gap to (p-1)/(m+p-1) in points.
+    """
+    print(f"GPipe from scratch, one thread per stage; every forward and backward costs "
+          f"{cost_s * 1e3:.0f} ms of waiting (time.sleep, GIL released), so stages "
+          f"overlap even on {torch.get_num_threads()} thread(s)/2 cores. Median of "
+          f"{repeats} runs.")
+    torch.set_num_threads(1)
+    _measured_bubble(2, 2, cost_s / 4, 1)   # warm-up: first calls allocate
+    worst = 0.0
+    for p in (2, 4):
+        for m in (1, 2, 4, 8):
+            measured = _measured_bubble(p, m, cost_s, repeats)
+            theory = pipeline.bubble_theory(p, m)
+            worst = max(worst, abs(measured - theory) * 100)
+            print(f"p={p} m={m}: measured bubble {measured:6.1%}, formula "
+                  f"(p-1)/(m+p-1) {theory:6.1%}, "
+                  f"gap {abs(measured - theory) * 100:4.1f} points")
+    print(f"pipeline bubble max deviation: {worst:.1f} points")
+    return worst
+
+
+def explorer():
+    """Show sliders and a schedule menu; redraw the chart and bubble % on change."""
+    import ipywidgets as widgets
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    stages = widgets.IntSlider(4, min=2, max=8, description="stages p")
+    micro = widgets.IntSlider(8, min=1, max=32, description="micro-batches m")
+    chunks = widgets.IntSlider(2, min=2, max=4, description="chunks v")
+    name = widgets.Dropdown(options=list(pipeline.SCHEDULES), value="gpipe",
+                            description="schedule")
+    out = widgets.Output()
+
+    def redraw(_=None):
+        out.clear_output(wait=True)
+        with out:
+            v = chunks.value if name.value == "interleaved_1f1b" else 1
+            try:
+                table = pipeline.schedule(name.value, stages.value, micro.value, v)
+            except ValueError as err:
+                print(err)
+                return
+            chunk_text = f", v={v}" if v > 1 else ""
+            timeline.draw(table, title=f"{name.value}: p={stages.value}, "
+                                       f"m={micro.value}{chunk_text}")
+            plt.show()
+            theory = pipeline.bubble_theory(stages.value, micro.value, v)
+            print(f"bubble: {pipeline.bubble_fraction(table):.1%} of the time "
+                  f"(formula {theory:.1%}); peak activations held per rank: "
+                  f"{pipeline.peak_activations(table)}")
+
+    for widget in (stages, micro, chunks, name):
+        widget.observe(redraw, names="value")
+    redraw()
+    box = widgets.VBox([widgets.HBox([name, stages]), widgets.HBox([micro, chunks]),
+                        out])
+    display(box)
+    return box

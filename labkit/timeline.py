@@ -1,0 +1,180 @@
+"""Record when each stage runs each forward/backward, and draw it as a Gantt chart.
+
+Taught in: lab 04 (only one device works at a time) and lab 05 (the pipeline bubble).
+``Recorder`` stamps real runs: CUDA events on a GPU, the wall clock on the CPU
+(``time.perf_counter`` is one system-wide clock on Linux, so ranks' events line up).
+``draw`` and ``as_text`` also take a ``pipeline.schedule`` table: same picture, no run.
+"""
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["Event", "Recorder", "from_table", "draw", "as_text", "busy_overlap"]
+
+COLOURS = {"F": "#4c72b0", "B": "#dd8452"}   # forward blue, backward orange
+IDLE_COLOUR = "#e6e6e6"                       # grey where a row does nothing
+
+
+@dataclass(frozen=True)
+class Event:
+    """One forward ("F") or backward ("B") of one micro-batch on one row (stage/rank).
+
+    ``start`` and ``end`` are seconds on the recorder's clock (steps for tables).
+    """
+
+    row: int
+    kind: str
+    microbatch: int
+    start: float
+    end: float
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+class Recorder:
+    """Collect ``Event``s for one row (a rank or stage) of a real run.
+
+    On CUDA the stamps are events queued on the stream (no sync inside the loop);
+    ``events()`` synchronises once and converts them to the wall clock.
+    """
+
+    def __init__(self, row: int = 0, device="cpu"):
+        self.row = row
+        self.cuda = torch.device(device).type == "cuda"
+        self._done: list = []
+        if self.cuda:
+            torch.cuda.synchronize(device)
+            self._origin, self._origin_wall = self._cuda_event(), time.perf_counter()
+
+    @staticmethod
+    def _cuda_event():
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    @contextmanager
+    def record(self, kind: str, microbatch: int = 0, row: int | None = None):
+        """Time the body of a ``with`` block as one event of ``kind`` ("F" or "B")."""
+        if kind not in COLOURS:
+            raise ValueError(f"kind must be 'F' (forward) or 'B' (backward), got "
+                             f"{kind!r}.")
+        row = self.row if row is None else row
+        start = self._cuda_event() if self.cuda else time.perf_counter()
+        yield
+        end = self._cuda_event() if self.cuda else time.perf_counter()
+        self._done.append((row, kind, microbatch, start, end))
+
+    def events(self) -> list[Event]:
+        """Return the recorded events, in seconds on the wall clock."""
+        if not self.cuda:
+            return [Event(*item) for item in self._done]
+        torch.cuda.synchronize()
+
+        def wall(event) -> float:
+            return self._origin_wall + self._origin.elapsed_time(event) / 1e3
+
+        return [Event(row, kind, mb, wall(start), wall(end))
+                for row, kind, mb, start, end in self._done]
+
+
+def from_table(table: list[list], forward: float = 1.0, backward: float = 1.0):
+    """Turn a rank x step schedule table into events, one step per action.
+
+    With ``forward != backward`` each step lasts as long as its longest action.
+    """
+    events = []
+    clock = 0.0
+    for step in range(max(len(row) for row in table)):
+        actions = [row[step] if step < len(row) else None for row in table]
+        for rank, action in enumerate(actions):
+            if action is not None:
+                length = forward if action.kind == "F" else backward
+                events.append(Event(rank, action.kind, action.microbatch, clock,
+                                    clock + length))
+        kinds = {a.kind for a in actions if a is not None}
+        lengths = [forward if kind == "F" else backward for kind in kinds]
+        clock += max(lengths, default=forward)
+    return events
+
+
+def _as_events(timeline) -> tuple[list[Event], bool]:
+    """Return events and whether they came from a table (unit steps)."""
+    if timeline and isinstance(timeline[0], list):
+        return from_table(timeline), True
+    if not timeline:
+        raise ValueError("Nothing to draw: the timeline holds no events.")
+    return list(timeline), False
+
+
+def draw(timeline, ax=None, title: str | None = None, row_label: str = "stage"):
+    """Draw a Gantt chart: one row per stage, forward blue, backward orange, idle grey.
+
+    ``timeline`` is a list of ``Event``s (time in ms from the first start) or a
+    schedule table (time in steps). Returns the matplotlib Axes.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    events, is_table = _as_events(timeline)
+    origin = min(e.start for e in events)
+    scale = 1.0 if is_table else 1e3
+    span = (max(e.end for e in events) - origin) * scale
+    rows = sorted({e.row for e in events})
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 0.5 + 0.45 * len(rows)))
+    for row in rows:
+        ax.barh(row, span, left=0, height=0.8, color=IDLE_COLOUR)
+    for e in events:
+        left, width = (e.start - origin) * scale, e.seconds * scale
+        ax.barh(e.row, width, left=left, height=0.8, color=COLOURS[e.kind],
+                edgecolor="white", linewidth=0.5)
+        if width > span / 60:
+            ax.text(left + width / 2, e.row, str(e.microbatch), ha="center",
+                    va="center", fontsize=7, color="white")
+    ax.set_yticks(rows, [f"{row_label} {r}" for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlim(0, span)
+    ax.set_xlabel("time step" if is_table else "time (ms)")
+    ax.legend(handles=[Patch(color=COLOURS["F"], label="forward"),
+                       Patch(color=COLOURS["B"], label="backward"),
+                       Patch(color=IDLE_COLOUR, label="idle (bubble)")],
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def as_text(table: list[list]) -> str:
+    """Render a rank x step table as text: one line per step, one column per rank."""
+    if not table or not isinstance(table[0], list):
+        raise ValueError("as_text takes a rank x step table from pipeline.schedule.")
+    interleaved = any(a is not None and a.stage != rank
+                      for rank, row in enumerate(table) for a in row)
+
+    def cell(action) -> str:
+        if action is None:
+            return "."
+        return f"{action.stage}{action}" if interleaved else str(action)
+
+    lines = ["step " + "".join(f"rank {r:<3}" for r in range(len(table)))]
+    for step in range(max(len(row) for row in table)):
+        slots = [row[step] if step < len(row) else None for row in table]
+        lines.append(f"{step:>4} " + "".join(f"{cell(a):<8}" for a in slots))
+    return "\n".join(lines)
+
+
+def busy_overlap(events: list[Event]) -> float:
+    """Return the seconds during which two or more rows are busy at the same time."""
+    edges = sorted([(e.start, 1) for e in events] + [(e.end, -1) for e in events])
+    overlap, busy, last = 0.0, 0, None
+    for moment, change in edges:
+        if busy >= 2 and last is not None:
+            overlap += moment - last
+        busy += change
+        last = moment
+    return overlap
