@@ -49,8 +49,8 @@ def training_memory(fn) -> None:
 def allreduce_time(fn) -> None:
     """Check ``fn(num_params, world_size, link_gbytes_per_s, bytes_per_value) -> s``."""
     name = "allreduce_seconds"
-    cases = [(25_000_000, 1, 12.5, 4), (25_000_000, 2, 1.25, 4),
-             (25_000_000, 8, 12.5, 4), (7_000_000_000, 8, 450.0, 2)]
+    cases = [(25_000_000, 2, 1.25, 4), (25_000_000, 8, 12.5, 4),
+             (7_000_000_000, 8, 450.0, 2), (25_000_000, 1, 12.5, 4)]
     for num_params, world_size, link, width in cases:
         got = attempt(name, fn, num_params, world_size, link, width)
         want = estimate.allreduce_seconds(num_params, world_size, link, width)

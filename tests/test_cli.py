@@ -1,0 +1,47 @@
+"""Tests for the labkit command and labkit.bench."""
+
+import subprocess
+import sys
+
+import pytest
+
+from labkit import bench, cli
+
+
+def test_doctor_runs_as_a_command():
+    """Does `labkit doctor` exit 0 and print the backend choice?"""
+    done = subprocess.run([sys.executable, "-m", "labkit.cli", "doctor"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Backend:" in done.stdout
+
+
+def test_prepare_offline_into_a_fresh_folder(mnist_root, capsys):
+    """Does `labkit data prepare --offline` verify copied files?"""
+    assert cli.main(["data", "prepare", "--root", str(mnist_root), "--offline"]) == 0
+    assert "MD5 verified" in capsys.readouterr().out
+
+
+def test_prepare_error_is_one_line(tmp_path, capsys):
+    """Does a missing data set give exit 2 and a one-line error, not a traceback?"""
+    assert cli.main(["data", "prepare", "--root", str(tmp_path), "--offline"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("labkit data: error: MNIST is not in") and "Traceback" not in err
+
+
+def test_build_labs_check_passes_on_the_repository(capsys):
+    """Does `labkit build-labs --check` report the committed labs as fresh?"""
+    assert cli.main(["build-labs", "--check"]) == 0
+    assert "up to date" in capsys.readouterr().out
+
+
+def test_unknown_benchmark():
+    """Does an unknown benchmark name list the valid ones?"""
+    with pytest.raises(ValueError, match="choose one of .*data"):
+        bench.run("nope")
+
+
+def test_data_benchmark_prints_ratio_last(capsys):
+    """Does the data benchmark end with its headline ratio line?"""
+    ratio = bench.data_loading(count=20)
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("fast path vs DataLoader: ") and last.endswith("x") and ratio > 1

@@ -1,0 +1,108 @@
+"""Tests for labkit.data: MD5-checked MNIST, clear errors, and the device-resident fast path."""
+
+import gzip
+
+import pytest
+import torch
+
+from labkit import data
+
+
+def test_prepare_verifies_and_unpacks(mnist_root):
+    """Does prepare accept the original files offline and unpack them?"""
+    assert data.prepare(mnist_root, download=False) == mnist_root
+    assert (mnist_root / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").exists()
+
+
+def test_missing_files_say_what_to_do(tmp_path):
+    """Does an empty data folder give advice instead of a torchvision traceback?"""
+    with pytest.raises(data.DataError, match=r"missing: .*labkit data prepare"):
+        data.prepare(tmp_path, download=False)
+
+
+def test_offline_env_never_downloads(tmp_path, monkeypatch):
+    """Does LABKIT_OFFLINE=1 turn downloading off?"""
+    monkeypatch.setenv("LABKIT_OFFLINE", "1")
+    with pytest.raises(data.DataError, match="downloading is off"):
+        data.prepare(tmp_path)
+
+
+def test_failed_download_is_explained(tmp_path, monkeypatch):
+    """Does a download failure (no network) become a DataError with the fix?"""
+    def no_network(*args, **kwargs):
+        raise RuntimeError("Error downloading train-images-idx3-ubyte.gz: no route")
+
+    monkeypatch.setattr(data.datasets.MNIST, "download", no_network)
+    with pytest.raises(data.DataError, match="Could not download MNIST.*copy the four"):
+        data.prepare(tmp_path, download=True)
+
+
+def test_corrupt_file_is_an_md5_error(mnist_root):
+    """Does a damaged .gz fail with an MD5 message naming the file?"""
+    path = mnist_root / "MNIST" / "raw" / "t10k-labels-idx1-ubyte.gz"
+    path.write_bytes(path.read_bytes()[:-10] + b"0123456789")
+    with pytest.raises(data.DataError, match=r"t10k-labels-idx1-ubyte.gz is corrupt: its MD5"):
+        data.prepare(mnist_root, download=False)
+
+
+def test_unreadable_unpacked_file(mnist_root):
+    """Does a truncated unpacked file (gz intact) become a DataError?"""
+    data.prepare(mnist_root, download=False)
+    raw = mnist_root / "MNIST" / "raw" / "t10k-images-idx3-ubyte"
+    raw.write_bytes(raw.read_bytes()[:1000])
+    with pytest.raises(data.DataError, match="unreadable"):
+        data.mnist(train=False, root=mnist_root)
+
+
+def test_data_root_follows_env(tmp_path, monkeypatch):
+    """Does LABKIT_DATA choose the folder?"""
+    monkeypatch.setenv("LABKIT_DATA", str(tmp_path))
+    assert data.data_root() == tmp_path
+
+
+def test_device_data_matches_classic_transform(mnist_root):
+    """Is the fast path normalized exactly like ToTensor + Normalize?"""
+    fast = data.DeviceData.mnist(train=False, limit=5, root=mnist_root)
+    classic = data.mnist(train=False, root=mnist_root, transform=data.classic_transform())
+    assert fast.images.shape == (5, 1, 28, 28) and fast.labels.dtype == torch.int64
+    for i in range(5):
+        image, label = classic[i]
+        assert torch.allclose(fast.images[i], image, atol=1e-5) and fast.labels[i] == label
+
+
+def test_batches_cover_every_sample_once():
+    """Do batches visit each sample once, keep the short last batch, and reshuffle?"""
+    source = data.DeviceData(torch.arange(10.0).view(10, 1, 1, 1), torch.arange(10))
+    gen = torch.Generator().manual_seed(0)
+    batches = source.batches(4, generator=gen)
+    assert len(batches) == 3
+    first = [y for _, y in batches]
+    assert [len(y) for y in first] == [4, 4, 2]
+    assert sorted(torch.cat(first).tolist()) == list(range(10))
+    second = torch.cat([y for _, y in batches]).tolist()
+    assert second != torch.cat(first).tolist()
+    ordered = torch.cat([y for _, y in source.batches(3, shuffle=False)]).tolist()
+    assert ordered == list(range(10))
+
+
+def test_bad_batches_and_shapes():
+    """Do a zero batch size and mismatched tensors raise clear errors?"""
+    with pytest.raises(ValueError, match="3 images but 2 labels"):
+        data.DeviceData(torch.zeros(3, 1, 28, 28), torch.zeros(2))
+    with pytest.raises(ValueError, match="batch_size must be at least 1"):
+        data.DeviceData(torch.zeros(2, 1), torch.zeros(2)).batches(0)
+
+
+def test_dataloader_limit(mnist_root):
+    """Does the classic DataLoader honour limit and batch size?"""
+    loader = data.dataloader(train=False, batch_size=4, num_workers=0, limit=10,
+                             root=mnist_root)
+    assert len(loader.dataset) == 10
+    images, labels = next(iter(loader))
+    assert images.shape == (4, 1, 28, 28) and labels.shape == (4,)
+
+
+def test_gz_files_are_real_idx(mnist_root):
+    """Are the shipped files the real IDX data (magic number 2049 for labels)?"""
+    with gzip.open(mnist_root / "MNIST" / "raw" / "t10k-labels-idx1-ubyte.gz") as f:
+        assert int.from_bytes(f.read(4), "big") == 2049

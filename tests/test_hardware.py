@@ -1,0 +1,70 @@
+"""Tests for labkit.hardware and labkit.mode: the report and the backend choice."""
+
+import pytest
+import torch
+
+from labkit import hardware, mode
+
+
+def test_report_works_without_gpu(capsys):
+    """Does the report print versions, cores and the chosen backend with no GPU?"""
+    setup = hardware.print_report()
+    out = capsys.readouterr().out
+    for label in ("PyTorch", "CUDA inside the torch wheel", "nvidia-smi", "CPU cores",
+                  "RAM", "NCCL available", "gloo available", "Backend:"):
+        assert label in out
+    if torch.cuda.device_count() == 0:
+        assert setup.backend == "gloo" and setup.device_type == "cpu"
+
+
+def test_auto_without_gpus_is_gloo_and_says_why(capsys):
+    """Does auto choose gloo CPU ranks, printing the GPU count and the reason?"""
+    if torch.cuda.device_count() >= 2:
+        pytest.skip("this machine has GPUs: auto picks NCCL")
+    setup = hardware.choose(2)
+    assert (setup.backend, setup.device_type, setup.world_size) == ("gloo", "cpu", 2)
+    assert setup.device(1) == torch.device("cpu")
+    assert "GPU(s) found, 2 rank(s) wanted" in capsys.readouterr().out
+
+
+def test_single_process_line(capsys):
+    """Does a one-process lab print the device rather than a backend?"""
+    hardware.choose(1)
+    assert capsys.readouterr().out.startswith("Device: ")
+
+
+def test_nccl_with_too_few_gpus_is_an_error():
+    """Does asking NCCL for more GPUs than present fail before anything starts?"""
+    want = torch.cuda.device_count() + 1
+    with pytest.raises(ValueError, match=rf"NCCL needs one GPU per rank: {want} rank\(s\)"):
+        hardware.choose(want, "nccl")
+
+
+@pytest.mark.parametrize("world_size", [0, -1, 1.5, "2", True])
+def test_bad_world_size(world_size):
+    """Is a world size that is not a positive integer rejected with its value?"""
+    with pytest.raises(ValueError, match="world_size must be a positive integer"):
+        hardware.choose(world_size)
+
+
+def test_unknown_backend_lists_choices():
+    """Does an unknown backend name list the valid ones?"""
+    with pytest.raises(ValueError, match="choose one of auto, nccl, gloo"):
+        hardware.choose(1, "mpi")
+
+
+def test_gloo_is_always_cpu():
+    """Does backend='gloo' give CPU ranks whatever the machine has?"""
+    setup = hardware.choose(3, "gloo", verbose=False)
+    assert setup.device_type == "cpu" and setup.device(2) == torch.device("cpu")
+
+
+def test_quick_mode(monkeypatch, capsys):
+    """Do is_quick, pick and begin follow LABKIT_QUICK and say so?"""
+    monkeypatch.setenv("LABKIT_QUICK", "1")
+    assert mode.is_quick() and mode.pick(100, 5) == 5
+    mode.begin()
+    assert "Mode: QUICK" in capsys.readouterr().out
+    monkeypatch.setenv("LABKIT_QUICK", "0")
+    assert not mode.is_quick() and mode.pick(100, 5) == 100
+    assert "Mode: FULL" in mode.describe()
