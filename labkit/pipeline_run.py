@@ -19,8 +19,8 @@ from torch import nn
 
 from labkit import pipeline, timeline
 
-__all__ = ["split_stages", "run_in_order", "run_on_threads", "explorer",
-           "bubble_benchmark"]
+__all__ = ["split_stages", "StageRunner", "run_in_order", "run_on_threads",
+           "explorer", "bubble_benchmark"]
 
 
 def split_stages(model: nn.Sequential, num_stages: int) -> list[nn.Sequential]:
@@ -39,7 +39,7 @@ def split_stages(model: nn.Sequential, num_stages: int) -> list[nn.Sequential]:
     return [model[a:b] for a, b in zip(cuts, cuts[1:])]
 
 
-class _Worker:
+class StageRunner:
     """One rank's share of a pipeline: its stage modules and its saved activations."""
 
     def __init__(self, modules: dict, microbatches, last_stage: int, loss_fn):
@@ -47,6 +47,7 @@ class _Worker:
         self.last_stage, self.loss_fn = last_stage, loss_fn
         self.saved: dict = {}
         self.losses: dict = {}
+        self.peak_held = 0   # most micro-batches whose activations were kept at once
 
     def forward(self, action, received):
         """Run a stage forward; return the activation to send on (None on the last)."""
@@ -58,6 +59,7 @@ class _Worker:
             out = self.loss_fn(out, y) / len(self.microbatches)
             self.losses[action.microbatch] = out.item() * len(self.microbatches)
         self.saved[(action.stage, action.microbatch)] = (x, out)
+        self.peak_held = max(self.peak_held, len(self.saved))
         return None if action.stage == self.last_stage else out.detach()
 
     def backward(self, action, received):
@@ -70,8 +72,8 @@ class _Worker:
 def _setup(stages, inputs, targets, num_microbatches, num_ranks, loss_fn):
     microbatches = pipeline.split_microbatches(inputs, targets, num_microbatches)
     last = len(stages) - 1
-    return [_Worker({s: stages[s] for s in range(r, len(stages), num_ranks)},
-                    microbatches, last, loss_fn) for r in range(num_ranks)]
+    return [StageRunner({s: stages[s] for s in range(r, len(stages), num_ranks)},
+                        microbatches, last, loss_fn) for r in range(num_ranks)]
 
 
 def run_in_order(stages, inputs, targets, num_microbatches: int, name: str = "gpipe",
