@@ -1,0 +1,317 @@
+"""The launcher's guardrails, each fault injected on purpose (CPU, gloo, 2 ranks).
+
+The workers below live at module level so that ranks can import them (``test_launch``
+is importable because pytest puts tests/ on sys.path, and ranks get the parent's).
+"""
+
+import os
+import signal
+import socket
+import threading
+import time
+
+import psutil
+import pytest
+import torch
+import torch.distributed as dist
+
+from labkit import launch
+
+# ---------------------------------------------------------------- workers
+
+
+def rank_and_sum(ctx, offset):
+    total = torch.tensor([float(ctx.rank)])
+    dist.all_reduce(total)
+    return {"rank": ctx.rank, "world_size": ctx.world_size, "sum": total.item() + offset,
+            "threads": torch.get_num_threads(), "device": str(ctx.device),
+            "backend": ctx.backend, "initialized": dist.is_initialized()}
+
+
+def raise_on_rank_one(ctx):
+    if ctx.rank == 1:
+        raise ValueError("rank one is unhappy")
+    dist.all_reduce(torch.ones(1))   # rank 0 blocks here until it is stopped
+    return ctx.rank
+
+
+def skip_collective_on_rank_one(ctx):
+    if ctx.rank == 0:
+        dist.all_reduce(torch.ones(1))
+    return ctx.rank
+
+
+def sleep_on_rank_one(ctx, seconds):
+    if ctx.rank == 1:
+        time.sleep(seconds)
+    return ctx.rank
+
+
+def exit_on_rank_one(ctx):
+    if ctx.rank == 1:
+        os._exit(3)
+    return ctx.rank
+
+
+def return_unpicklable(ctx):
+    return threading.Lock()
+
+
+def raise_main_lookup(ctx):
+    raise AttributeError("Can't get attribute 'Net' on <module '__mp_main__'>")
+
+
+def read_environment(ctx, name):
+    return os.environ.get(name)
+
+
+def helper_not_a_worker(ctx):
+    return "the one the module defines"
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _descendants() -> set[int]:
+    """Return the pids of every process below this one (the forkserver included)."""
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _wait_for_new_descendants(before: set[int], count: int, limit: float = 30.0):
+    """Block until ``count`` processes that were not in ``before`` exist."""
+    deadline = time.monotonic() + limit
+    while len(_descendants() - before) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def server():
+    """A running forkserver, so counting children sees only the ranks come and go."""
+    launch.warm_up()
+    launch.run(rank_and_sum, world_size=1, args=(0,))   # waits until it is ready
+
+
+# ---------------------------------------------------------------- the happy path
+
+
+def test_results_come_back_per_rank_in_rank_order(capsys):
+    """Does each rank's return value come back, in rank order, with the group up?"""
+    results = launch.run(rank_and_sum, world_size=2, args=(10,), timeout=30)
+    assert [r["rank"] for r in results] == [0, 1]
+    assert all(r["sum"] == 11.0 and r["world_size"] == 2 for r in results)
+    assert all(r["threads"] == 1 and r["device"] == "cpu" for r in results)
+    assert all(r["backend"] == "gloo" and r["initialized"] for r in results)
+    printed = capsys.readouterr().out
+    assert "Backend: gloo" in printed and "Launching 2 rank(s)" in printed
+
+
+def test_threads_per_rank_is_applied():
+    """Does each CPU rank get exactly threads_per_rank threads?"""
+    results = launch.run(rank_and_sum, world_size=1, args=(0,), threads_per_rank=2)
+    assert results[0]["threads"] == 2
+
+
+def test_ranks_see_the_parents_environment_now(monkeypatch, server):
+    """Do ranks see a variable set after the forkserver started?"""
+    monkeypatch.setenv("LABKIT_TEST_VALUE", "set late")
+    assert launch.run(read_environment, 2, args=("LABKIT_TEST_VALUE",)) == ["set late"] * 2
+
+
+def test_two_launches_at_once_both_succeed(capsys):
+    """Do two launches started at the same moment each get their own port and finish?"""
+    outcomes = {}
+
+    def launch_one(offset):
+        outcomes[offset] = launch.run(rank_and_sum, 2, args=(offset,), timeout=30)
+
+    threads = [threading.Thread(target=launch_one, args=(k,)) for k in (100, 200)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert [r["sum"] for r in outcomes[100]] == [101.0, 101.0]
+    assert [r["sum"] for r in outcomes[200]] == [201.0, 201.0]
+    ports = [line.split(":")[-1] for line in capsys.readouterr().out.splitlines()
+             if line.startswith("Launching")]
+    assert len(set(ports)) == 2
+
+
+# ---------------------------------------------------------------- faults in the ranks
+
+
+def test_rank_that_raises_is_named_with_its_traceback():
+    """Does a worker exception come back as one error naming the rank, traceback kept?"""
+    start = time.monotonic()
+    with pytest.raises(launch.WorkerError, match="Rank 1 raised ValueError") as caught:
+        launch.run(raise_on_rank_one, world_size=2, timeout=30)
+    assert caught.value.rank == 1
+    assert "rank one is unhappy" in caught.value.traceback
+    assert "raise_on_rank_one" in str(caught.value)   # the frame that raised
+    assert time.monotonic() - start < 20   # rank 0 was stopped, not waited for
+
+
+def test_skipped_collective_times_out_and_names_the_rank():
+    """Does a collective that one rank never joins end as CollectiveTimeout, not a hang?"""
+    start = time.monotonic()
+    with pytest.raises(launch.CollectiveTimeout, match="Rank 0 waited") as caught:
+        launch.run(skip_collective_on_rank_one, world_size=2, timeout=3)
+    assert caught.value.ranks == [0]
+    assert "finished ranks: [1]" in str(caught.value)
+    assert time.monotonic() - start < 20
+
+
+def test_rank_stuck_outside_collectives_is_ended_by_the_watchdog():
+    """Does a rank that never finishes end as CollectiveTimeout naming it?"""
+    with pytest.raises(launch.CollectiveTimeout, match=r"Rank\(s\) \[1\] did not") as caught:
+        launch.run(sleep_on_rank_one, world_size=2, args=(600,), timeout=2)
+    assert caught.value.ranks == [1]
+
+
+def test_rank_that_dies_is_reported_with_its_exit_code():
+    """Does a rank that exits without a result give its exit code?"""
+    with pytest.raises(launch.LaunchError, match="Rank 1 exited with code 3"):
+        launch.run(exit_on_rank_one, world_size=2, timeout=30)
+
+
+def test_unpicklable_result_is_a_worker_error():
+    """Does a result that cannot be sent back surface as that rank's error?"""
+    with pytest.raises(launch.WorkerError, match="Rank 0 raised TypeError"):
+        launch.run(return_unpicklable, world_size=1)
+
+
+def test_notebook_objects_in_args_get_a_hint():
+    """Does a rank failing to find a notebook object get the move-it-to-a-module hint?"""
+    with pytest.raises(launch.WorkerError, match="defined in the notebook"):
+        launch.run(raise_main_lookup, world_size=1)
+
+
+# ---------------------------------------------------------------- interrupt
+
+
+def test_interrupt_terminates_every_rank(server):
+    """Does KeyboardInterrupt in the parent stop every rank, leaving no process behind?"""
+    before = _descendants()
+
+    def interrupt_when_ranks_run():
+        _wait_for_new_descendants(before, 2)
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_when_ranks_run, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        launch.run(sleep_on_rank_one, world_size=2, args=(600,), timeout=60)
+    assert _descendants() == before   # only the forkserver (and nothing new) remains
+
+
+# ---------------------------------------------------------------- pre-flight checks
+
+
+@pytest.mark.parametrize("backend, message", [
+    ("nccl", "NCCL needs one GPU per rank"),
+    ("mpi", "Unknown backend 'mpi'"),
+])
+def test_impossible_backend_fails_before_anything_starts(backend, message, server):
+    """Do NCCL without enough GPUs and an unknown backend fail before any rank starts?"""
+    before = _descendants()
+    world_size = torch.cuda.device_count() + 1
+    with pytest.raises(ValueError, match=message):
+        launch.run(rank_and_sum, world_size=world_size, args=(0,), backend=backend)
+    assert _descendants() == before
+
+
+@pytest.mark.parametrize("world_size", [0, -1, 1.5])
+def test_bad_world_size_is_refused(world_size):
+    """Are zero, negative and fractional world sizes refused with a clear message?"""
+    with pytest.raises(ValueError, match="world_size must be a positive integer"):
+        launch.run(rank_and_sum, world_size=world_size, args=(0,))
+
+
+@pytest.mark.parametrize("name, value", [("timeout", 0), ("timeout", -5),
+                                         ("threads_per_rank", 0),
+                                         ("threads_per_rank", 1.5)])
+def test_bad_timeout_or_threads_are_refused(name, value):
+    """Are non-positive timeouts and thread counts refused?"""
+    with pytest.raises(ValueError, match=f"{name} must be a positive number"):
+        launch.run(rank_and_sum, 2, args=(0,), **{name: value})
+
+
+def test_worker_defined_in_the_notebook_is_refused_with_advice():
+    """Does a worker from __main__ (a notebook cell) get the %%writefile advice?"""
+    def worker(ctx):
+        return ctx.rank
+    worker.__module__, worker.__qualname__ = "__main__", "worker"
+    with pytest.raises(launch.LaunchError, match="%%writefile my_worker.py"):
+        launch.run(worker, 2)
+
+
+def _nested_worker():
+    def worker(ctx):
+        return 0
+    return worker
+
+
+@pytest.mark.parametrize("worker", [lambda ctx: 0, _nested_worker()])
+def test_lambda_or_nested_worker_is_refused(worker):
+    """Are lambdas and functions nested in functions refused before starting?"""
+    with pytest.raises(launch.LaunchError, match="top level of a module"):
+        launch.run(worker, 2)
+
+
+def test_not_a_function_is_refused():
+    """Is a worker that is not a function from a module refused?"""
+    with pytest.raises(launch.LaunchError, match="must be a function"):
+        launch.run(42, 2)
+
+
+def test_unimportable_worker_module_is_refused():
+    """Is a worker whose module the ranks cannot import refused before starting?"""
+    def worker(ctx):
+        return 0
+    worker.__module__, worker.__qualname__ = "no_such_module_for_labkit", "worker"
+    with pytest.raises(launch.LaunchError, match="could not import worker"):
+        launch.run(worker, 2)
+
+
+def test_stale_worker_is_refused():
+    """Is a function that is not what its module now defines under that name refused?"""
+    def worker(ctx):
+        return 0
+    worker.__module__, worker.__qualname__ = __name__, "helper_not_a_worker"
+    with pytest.raises(launch.LaunchError, match="is not the function passed"):
+        launch.run(worker, 2)
+
+
+def test_unpicklable_args_are_refused_before_starting():
+    """Do arguments that cannot reach the ranks fail in the parent?"""
+    with pytest.raises(launch.LaunchError, match="args cannot be sent"):
+        launch.run(rank_and_sum, 2, args=(threading.Lock(),))
+
+
+# ---------------------------------------------------------------- torchrun side
+
+
+def test_init_from_env_without_torchrun_says_how_to_start(monkeypatch):
+    """Does init_from_env outside torchrun name the missing variable and torchrun?"""
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(launch.LaunchError, match="RANK is not set.*torchrun"):
+        launch.init_from_env()
+
+
+def test_init_from_env_joins_a_one_rank_group(monkeypatch):
+    """Does init_from_env bring up the group from torchrun's variables?"""
+    with socket.socket() as probe:   # a port free right now (torchrun picks one too)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    before = torch.get_num_threads()
+    try:
+        ctx = launch.init_from_env(backend="gloo", timeout=10, threads_per_rank=1)
+        assert (ctx.rank, ctx.world_size, ctx.backend) == (0, 1, "gloo")
+        assert dist.is_initialized() and torch.get_num_threads() == 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        torch.set_num_threads(before)
