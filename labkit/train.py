@@ -4,6 +4,7 @@ Taught in: lab 01 (the single-device baseline every later lab is measured agains
 The loop is the plain one from the article; labs show it in full before using ``fit``.
 """
 
+import io
 import time
 from dataclasses import dataclass, field
 
@@ -110,7 +111,7 @@ class LivePlot:
     def update(self, history: History) -> None:
         """Redraw both panels from ``history``."""
         from IPython import get_ipython
-        from IPython.display import display
+        from IPython.display import Image, display
 
         self.ax_loss.clear()
         self.ax_loss.plot(history.losses, lw=0.8)
@@ -118,9 +119,15 @@ class LivePlot:
         self.ax_acc.clear()
         self.ax_acc.plot(range(1, len(history.accuracies) + 1), history.accuracies, "o-")
         self.ax_acc.set(xlabel="epoch", ylabel="test accuracy")
+        self.ax_acc.xaxis.get_major_locator().set_params(integer=True)
+        self.fig.tight_layout()
         if get_ipython() is None:
             return
+        # A PNG rendered here shows whatever matplotlib backend the kernel runs.
+        buffer = io.BytesIO()
+        self.fig.savefig(buffer, format="png", bbox_inches="tight")
+        image = Image(data=buffer.getvalue(), format="png")
         if self.handle is None:
-            self.handle = display(self.fig, display_id=True)
+            self.handle = display(image, display_id=True)
         else:
-            self.handle.update(self.fig)
+            self.handle.update(image)
