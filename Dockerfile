@@ -1,0 +1,62 @@
+# The course image for classroom servers and GPU machines.
+#
+# Base: the Jupyter Docker Stacks PyTorch image, CUDA 12 variant, pinned to one dated
+# build. It brings the non-root user jovyan, tini, the healthcheck and the start scripts
+# (start-notebook.py, and jupyterhub-singleuser for JupyterHub), all kept as they are.
+# CUDA 12 rather than cuda13-: CUDA 12.8 wheels run on NVIDIA drivers >= 570, which most
+# university and cloud GPU servers have; CUDA 13 needs >= 580.
+#
+#   docker build -t multi-gpu-course .
+#   docker run --rm --gpus all --shm-size=2g -p 127.0.0.1:8888:8888 \
+#       -e JUPYTER_TOKEN multi-gpu-course
+#
+# The token is never set here: pass JUPYTER_TOKEN at run time, or read the random one
+# that start-notebook.py prints.
+FROM quay.io/jupyter/pytorch-notebook:x86_64-cuda12-2026-02-09
+
+# Where the course's torch and torchvision come from: the same versions as
+# env/requirements.txt, built for CUDA 12.8. On hosts with drivers >= 580 you may pass
+# --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu130 (the PyPI build).
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cu128
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+ENV COURSE_DIR=/home/${NB_USER}/course \
+    LABKIT_DATA=/opt/mnist
+
+# The course pins override the base image's own torch: the notebooks are tested with
+# exactly these versions (env/requirements.txt is the one source of truth). torch and
+# torchvision first, from the CUDA 12 index; the second install then finds them
+# satisfied and adds the rest from PyPI.
+COPY --chown=${NB_UID}:${NB_GID} env/requirements.txt env/requirements-gpu.txt /tmp/env/
+RUN grep -E '^(torch|torchvision)==' /tmp/env/requirements.txt \
+        | xargs pip install --no-cache-dir --index-url "${TORCH_INDEX}" \
+    && pip install --no-cache-dir -r /tmp/env/requirements-gpu.txt \
+    && fix-permissions "${CONDA_DIR}" \
+    && fix-permissions "/home/${NB_USER}"
+
+# The course itself, owned by the learner so notebooks can be edited and saved.
+# solutions/ and tests/ stay out of the image (see .dockerignore).
+COPY --chown=${NB_UID}:${NB_GID} pyproject.toml README.md ${COURSE_DIR}/
+COPY --chown=${NB_UID}:${NB_GID} labkit/ ${COURSE_DIR}/labkit/
+COPY --chown=${NB_UID}:${NB_GID} labs/ ${COURSE_DIR}/labs/
+COPY --chown=${NB_UID}:${NB_GID} env/ ${COURSE_DIR}/env/
+# A local folder, not a registry package: nothing to pin (its dependencies are above).
+# hadolint ignore=DL3013
+RUN pip install --no-cache-dir --no-deps "${COURSE_DIR}" \
+    && rm -rf "${COURSE_DIR}/build" "${COURSE_DIR}/labkit.egg-info" \
+    && fix-permissions "${CONDA_DIR}"
+
+# MNIST baked in at build time, MD5-checked by labkit, then made read-only: every
+# learner reads the same files and nothing downloads at run time.
+USER 0
+RUN mkdir -p "${LABKIT_DATA}" \
+    && labkit data prepare --root "${LABKIT_DATA}" \
+    && chmod -R a-w "${LABKIT_DATA}"
+# jovyan's numeric uid, from the base image (1000 unless rebuilt otherwise).
+# hadolint ignore=DL3066
+USER ${NB_UID}
+
+WORKDIR /home/${NB_USER}
+EXPOSE 8888
+CMD ["start-notebook.py", "--ServerApp.default_url=/lab/tree/course/labs"]

