@@ -26,8 +26,10 @@ from labkit import hardware
 __all__ = ["RankContext", "RankSpec", "Rank", "import_worker", "start_rank", "stop",
            "start_server"]
 
-# Imported once by the forkserver, so each rank starts with torch already loaded.
-PRELOAD = ["torch", "torch.distributed", "labkit.launch"]
+# Imported once by the forkserver, so each rank starts with them already loaded.
+# torch._dynamo is what the first DistributedDataParallel(...) imports (about 2-3 s
+# per rank per launch otherwise); importing it leaves the server single-threaded.
+PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "labkit.launch"]
 STOP_S = 5.0   # seconds a rank gets to exit before it is killed
 
 

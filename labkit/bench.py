@@ -47,7 +47,22 @@ def pipeline_bubble() -> float:
     return pipeline_run.bubble_benchmark()
 
 
-BENCHMARKS = {"pipeline": pipeline_bubble, "data": data_loading}
+def launch_cost() -> float:
+    """Launch-to-ready of a 2-rank gloo launch over a bare ``import torch``."""
+    from labkit import ddp_bench
+
+    return ddp_bench.launch_cost()
+
+
+def ddp_scaling() -> float:
+    """Images/s of 2 DDP ranks over 1 rank, 1 thread each, same global batch."""
+    from labkit import ddp_bench
+
+    return ddp_bench.ddp_scaling()
+
+
+BENCHMARKS = {"launch": launch_cost, "ddp": ddp_scaling, "pipeline": pipeline_bubble,
+              "data": data_loading}
 
 
 def run(name: str):

@@ -1,0 +1,108 @@
+"""Benchmarks of the launcher and of DDP scaling: ``labkit bench launch`` and ``ddp``.
+
+Taught in: lab 03 (what a launch costs; images/s for 1 and 2 ranks). Each prints what
+it measures, then its headline ratio as the last line. Both run on CPU with gloo.
+"""
+
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from labkit import launch
+
+__all__ = ["time_to_ready", "launch_cost", "images_per_second", "ddp_scaling"]
+
+
+def time_to_ready(ctx) -> float:
+    """Return the wall-clock time at which this rank's process group was up."""
+    return time.time()
+
+
+def _import_torch_seconds() -> float:
+    """Time a fresh ``python -c "import torch"``, the floor any launch pays once."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch"], check=True)
+    return time.perf_counter() - start
+
+
+def _launch_seconds(world_size: int) -> float:
+    """Time from calling ``launch.run`` to the last rank having its group up."""
+    start = time.time()
+    ready = launch.run(time_to_ready, world_size=world_size, backend="gloo")
+    return max(ready) - start
+
+
+def launch_cost(world_size: int = 2, repeats: int = 3) -> float:
+    """Compare launch-to-ready of a gloo launch with a bare ``import torch``, same run.
+
+    The first launch in a Python starts the forkserver (which imports torch once);
+    later launches fork ranks from it. The headline uses the first, slower one.
+    """
+    print("Timing a fresh `python -c 'import torch'` (best of 2)...")
+    bare = min(_import_torch_seconds() for _ in range(2))
+    print(f"import torch in a fresh Python: {bare:.2f} s")
+    first = _launch_seconds(world_size)
+    again = statistics.median(_launch_seconds(world_size) for _ in range(repeats))
+    print(f"{world_size}-rank gloo launch, first in this Python (starts the forkserver): "
+          f"{first:.2f} s to every rank ready")
+    print(f"{world_size}-rank gloo launch, forkserver already up (median of {repeats}): "
+          f"{again:.2f} s ({again / bare:.2f}x import torch)")
+    ratio = first / bare
+    print(f"launch vs import torch: {ratio:.2f}x")
+    return ratio
+
+
+def _train_step(model, optimizer, images, labels) -> None:
+    optimizer.zero_grad(set_to_none=True)
+    F.cross_entropy(model(images), labels).backward()   # DDP all-reduces here
+    optimizer.step()
+
+
+def images_per_second(ctx, global_batch: int, steps: int, warmup: int) -> float:
+    """Train small_cnn on this rank's share of each global batch; return images/s.
+
+    One rank trains the plain model, several wrap it in DDP. Timing starts after
+    ``warmup`` steps (DDP builds its buckets in the first ones) and a barrier.
+    """
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from labkit import data, models
+
+    per_rank = global_batch // ctx.world_size
+    split = data.DeviceData.mnist(train=True, limit=per_rank * (steps + warmup))
+    batches = list(split.batches(per_rank, generator=torch.Generator().manual_seed(0)))
+    torch.manual_seed(0)
+    model = models.small_cnn()
+    if ctx.world_size > 1:
+        model = DDP(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for images, labels in batches[:warmup]:
+        _train_step(model, optimizer, images, labels)
+    dist.barrier()
+    start = time.perf_counter()
+    for images, labels in batches[warmup:]:
+        _train_step(model, optimizer, images, labels)
+    dist.barrier()   # the step is done when the slowest rank is done
+    return global_batch * steps / (time.perf_counter() - start)
+
+
+def ddp_scaling(global_batch: int = 256, steps: int = 40, warmup: int = 5) -> float:
+    """Compare images/s of 2 DDP ranks with 1 rank, 1 thread each, same global batch."""
+    print(f"small_cnn on MNIST tensors, global batch {global_batch}, {steps} timed "
+          "steps, gloo, 1 thread per rank (the same run measures both).")
+    args = (global_batch, steps, warmup)
+    one = launch.run(images_per_second, world_size=1, args=args, backend="gloo",
+                     timeout=300)[0]
+    print(f"1 rank x 1 thread: {one:,.0f} images/s")
+    two = min(launch.run(images_per_second, world_size=2, args=args, backend="gloo",
+                         timeout=300))
+    print(f"2 ranks x 1 thread (DDP): {two:,.0f} images/s, scaling efficiency "
+          f"{two / (2 * one):.0%}")
+    ratio = two / one
+    print(f"ddp 2 ranks vs 1 rank: {ratio:.2f}x")
+    return ratio
