@@ -126,6 +126,7 @@ def model_parallel(ctx, cfg: dict = CONFIG) -> dict:
     images, labels = _batch(cfg, ctx.device)
     recorder = timeline.Recorder(ctx.rank, ctx.device)
     result = {"rank": ctx.rank, "device": str(ctx.device)}
+    _split_step(ctx, stage, images, labels, timeline.Recorder(), -1)   # warm-up
     for step in range(cfg["steps"]):
         stage.zero_grad()
         logits, loss = _split_step(ctx, stage, images, labels, recorder, step)
