@@ -1,9 +1,9 @@
 """The ``labkit`` command: argument parsing only; each verb calls what the labs call.
 
-    labkit doctor                 environment and hardware report (lab 00)
-    labkit data prepare           download or verify MNIST in $LABKIT_DATA
-    labkit build-labs [--check]   regenerate labs/ from solutions/
-    labkit bench NAME             run a benchmark (labkit bench --help lists them)
+labkit doctor                 environment and hardware report (lab 00)
+labkit data prepare           download or verify MNIST in $LABKIT_DATA
+labkit build-labs [--check]   regenerate labs/ from solutions/
+labkit bench NAME             run a benchmark (labkit bench --help lists them)
 """
 
 import argparse
@@ -34,9 +34,13 @@ def _build_labs(args) -> int:
     if args.check:
         for path in changed:
             print(f"stale: {path} (run `labkit build-labs`)")
-        print("labs/ are up to date." if not changed else f"{len(changed)} stale lab(s).")
+        print(
+            "labs/ are up to date." if not changed else f"{len(changed)} stale lab(s)."
+        )
         return 1 if changed else 0
-    print(f"Wrote {len(changed)} lab(s)." if changed else "labs/ were already up to date.")
+    print(
+        f"Wrote {len(changed)} lab(s)." if changed else "labs/ were already up to date."
+    )
     return 0
 
 
@@ -50,11 +54,15 @@ def _bench(args) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="labkit", description=__doc__.split("\n")[0])
     verbs = parser.add_subparsers(dest="verb", required=True)
-    verbs.add_parser("doctor", help="print the environment report").set_defaults(run=_doctor)
+    verbs.add_parser("doctor", help="print the environment report").set_defaults(
+        run=_doctor
+    )
     data = verbs.add_parser("data", help="manage the MNIST files")
     data_verbs = data.add_subparsers(dest="action", required=True)
     prepare = data_verbs.add_parser("prepare", help="download or verify MNIST")
-    prepare.add_argument("--root", default=None, help="data folder (default $LABKIT_DATA)")
+    prepare.add_argument(
+        "--root", default=None, help="data folder (default $LABKIT_DATA)"
+    )
     prepare.add_argument("--offline", action="store_true", help="never download")
     prepare.set_defaults(run=_prepare)
     build = verbs.add_parser("build-labs", help="generate labs/ from solutions/")

@@ -18,11 +18,11 @@ TEXT_STUB = ["YOUR ANSWER HERE"]
 
 
 class CourseError(ValueError):
-    """A solution notebook's markers are malformed; the message names notebook and cell."""
+    """Malformed solution markers; the message names the notebook and the cell."""
 
 
 def strip_solutions(source: str, stub: list[str], where: str = "") -> tuple[str, bool]:
-    """Replace each marked region with ``stub`` (at the marker's indent); say if any was."""
+    """Replace each marked region with ``stub`` at the marker's indent; say if any."""
     lines, out, inside, replaced = source.splitlines(), [], False, False
     for line in lines:
         marker = line.strip()
@@ -59,8 +59,10 @@ def _render(notebook) -> str:
     return nbformat.writes(notebook) + "\n"
 
 
-def build_labs(solutions_dir="solutions", labs_dir="labs", check: bool = False) -> list[Path]:
-    """Write labs/ from solutions/ and return the labs that changed (or would, with check).
+def build_labs(
+    solutions_dir="solutions", labs_dir="labs", check: bool = False
+) -> list[Path]:
+    """Write labs/ from solutions/; return the labs that changed (or would, with check).
 
     A lab with no solution behind it counts as stale (and is deleted when not checking).
     """

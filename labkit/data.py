@@ -14,19 +14,29 @@ import torch
 from torchvision import datasets, transforms
 from torchvision.datasets.utils import check_integrity
 
-__all__ = ["DataError", "MEAN", "STD", "data_root", "prepare", "mnist",
-           "classic_transform", "dataloader", "DeviceData", "Batches"]
+__all__ = [
+    "DataError",
+    "MEAN",
+    "STD",
+    "data_root",
+    "prepare",
+    "mnist",
+    "classic_transform",
+    "dataloader",
+    "DeviceData",
+    "Batches",
+]
 
-MEAN, STD = 0.1307, 0.3081   # MNIST pixel mean and std, as in pytorch/examples
+MEAN, STD = 0.1307, 0.3081  # MNIST pixel mean and std, as in pytorch/examples
 DATA_ENV, OFFLINE_ENV = "LABKIT_DATA", "LABKIT_OFFLINE"
 
 
 class DataError(RuntimeError):
-    """MNIST is missing, corrupt or could not be downloaded; the message says what to do."""
+    """MNIST is missing, corrupt or not downloadable; the message says what to do."""
 
 
 def data_root() -> Path:
-    """Return the data folder: ``$LABKIT_DATA``, else ``data/`` at the repository root."""
+    """Return the data folder: ``$LABKIT_DATA``, else ``data/`` at the repo root."""
     if os.environ.get(DATA_ENV):
         return Path(os.environ[DATA_ENV]).expanduser()
     return Path(__file__).resolve().parents[1] / "data"
@@ -38,8 +48,10 @@ def _raw_folder(root: Path) -> Path:
 
 def _how_to_fix(raw: Path) -> str:
     names = ", ".join(name for name, _ in datasets.MNIST.resources)
-    return (f"Run `labkit data prepare` on a machine with internet access, or copy the "
-            f"four original files ({names}) into {raw}.")
+    return (
+        f"Run `labkit data prepare` on a machine with internet access, or copy the "
+        f"four original files ({names}) into {raw}."
+    )
 
 
 def _missing_files(root: Path) -> list[str]:
@@ -50,8 +62,10 @@ def _missing_files(root: Path) -> list[str]:
         if not path.exists():
             missing.append(name)
         elif not check_integrity(str(path), md5):
-            raise DataError(f"{path} is corrupt: its MD5 is not torchvision's {md5}. "
-                            f"Delete it, then: {_how_to_fix(raw)}")
+            raise DataError(
+                f"{path} is corrupt: its MD5 is not torchvision's {md5}. "
+                f"Delete it, then: {_how_to_fix(raw)}"
+            )
     return missing
 
 
@@ -67,43 +81,62 @@ def prepare(root=None, download: bool | None = None) -> Path:
     raw = _raw_folder(root)
     missing = _missing_files(root)
     if missing and not download:
-        raise DataError(f"MNIST is not in {raw} (missing: {', '.join(missing)}) and "
-                        f"downloading is off. {_how_to_fix(raw)}")
+        raise DataError(
+            f"MNIST is not in {raw} (missing: {', '.join(missing)}) and "
+            f"downloading is off. {_how_to_fix(raw)}"
+        )
     try:
-        for train in (True, False):   # unpacks the verified .gz, downloads what is missing
+        for train in (
+            True,
+            False,
+        ):  # unpacks the verified .gz, downloads what is missing
             datasets.MNIST(root, train=train, download=True)
     except (URLError, OSError, RuntimeError) as err:
-        raise DataError(f"Could not download MNIST into {raw}: {err}. "
-                        f"{_how_to_fix(raw)}") from err
+        raise DataError(
+            f"Could not download MNIST into {raw}: {err}. {_how_to_fix(raw)}"
+        ) from err
     _missing_files(root)
     return root
 
 
 def mnist(train: bool = True, root=None, transform=None):
-    """Return torchvision's MNIST split after ``prepare`` (PIL images, like the article)."""
+    """Return torchvision's MNIST split after ``prepare`` (PIL images)."""
     root = prepare(root)
     try:
         return datasets.MNIST(root, train=train, transform=transform)
     except (RuntimeError, ValueError, OSError) as err:
-        raise DataError(f"The unpacked MNIST files in {_raw_folder(root)} are unreadable "
-                        f"({err}). Delete the files without .gz there and run "
-                        "`labkit data prepare` again.") from err
+        raise DataError(
+            f"The unpacked MNIST files in {_raw_folder(root)} are unreadable "
+            f"({err}). Delete the files without .gz there and run "
+            "`labkit data prepare` again."
+        ) from err
 
 
 def classic_transform():
-    """Return pytorch/examples' transform: ToTensor() then Normalize (note the brackets)."""
-    return transforms.Compose([transforms.ToTensor(), transforms.Normalize((MEAN,), (STD,))])
+    """Return pytorch/examples' transform: ToTensor() then Normalize (brackets!)."""
+    return transforms.Compose(
+        [transforms.ToTensor(), transforms.Normalize((MEAN,), (STD,))]
+    )
 
 
-def dataloader(train: bool = True, batch_size: int = 64, num_workers: int = 1,
-               limit: int | None = None, root=None) -> torch.utils.data.DataLoader:
-    """Return the classic DataLoader (pytorch/examples settings); ``limit`` keeps a prefix."""
+def dataloader(
+    train: bool = True,
+    batch_size: int = 64,
+    num_workers: int = 1,
+    limit: int | None = None,
+    root=None,
+) -> torch.utils.data.DataLoader:
+    """Return the classic DataLoader (pytorch/examples); ``limit`` keeps a prefix."""
     dataset = mnist(train, root, transform=classic_transform())
     if limit is not None:
         dataset = torch.utils.data.Subset(dataset, range(min(limit, len(dataset))))
-    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=train,
-                                       num_workers=num_workers,
-                                       persistent_workers=num_workers > 0)
+    return torch.utils.data.DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=train,
+        num_workers=num_workers,
+        persistent_workers=num_workers > 0,
+    )
 
 
 class DeviceData:
@@ -119,20 +152,24 @@ class DeviceData:
         self.images, self.labels = images, labels
 
     @classmethod
-    def mnist(cls, train: bool = True, device="cpu", limit: int | None = None, root=None):
+    def mnist(
+        cls, train: bool = True, device="cpu", limit: int | None = None, root=None
+    ):
         """Load a split onto ``device``, normalized like ``classic_transform``."""
         split = mnist(train, root)
-        pixels, labels = split.data[:limit], split.targets[:limit]   # (N, 28, 28) uint8
+        pixels, labels = split.data[:limit], split.targets[:limit]  # (N, 28, 28) uint8
         images = pixels.unsqueeze(1).to(device).float().div_(255).sub_(MEAN).div_(STD)
         return cls(images, labels.to(device))
 
     def __len__(self) -> int:
         return len(self.labels)
 
-    def batches(self, batch_size: int, shuffle: bool = True, generator=None) -> "Batches":
-        """Return an iterable of (images, labels) batches with a length (for progress bars).
+    def batches(
+        self, batch_size: int, shuffle: bool = True, generator=None
+    ) -> "Batches":
+        """Return an iterable of (images, labels) batches that has a length (for tqdm).
 
-        Each iteration draws a fresh permutation when shuffling; the last batch may be short.
+        Each pass draws a fresh permutation when shuffling; the last batch may be short.
         """
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
@@ -151,8 +188,11 @@ class Batches:
 
     def __iter__(self):
         n, labels = len(self.source), self.source.labels
-        order = (torch.randperm(n, generator=self.generator).to(labels.device)
-                 if self.shuffle else torch.arange(n, device=labels.device))
+        order = (
+            torch.randperm(n, generator=self.generator).to(labels.device)
+            if self.shuffle
+            else torch.arange(n, device=labels.device)
+        )
         for start in range(0, n, self.batch_size):
-            index = order[start:start + self.batch_size]
+            index = order[start : start + self.batch_size]
             yield self.source.images[index], labels[index]

@@ -1,4 +1,4 @@
-"""Back-of-the-envelope estimates (training memory, gradient-sync time) and a measurement.
+"""Estimates of training memory and gradient-sync time, and a memory measurement.
 
 Taught in: lab 00 (does it fit? how long does all-reduce take?); lab 04 reuses
 ``training_memory_bytes`` on a model that does not fit. These are the reference
@@ -8,17 +8,29 @@ answers the lab-00 exercises are checked against.
 import torch
 import torch.nn.functional as F
 
-__all__ = ["training_memory_bytes", "ring_allreduce_bytes", "allreduce_seconds",
-           "measure_training_bytes", "GBIT_ETHERNET"]
+__all__ = [
+    "training_memory_bytes",
+    "ring_allreduce_bytes",
+    "allreduce_seconds",
+    "measure_training_bytes",
+    "GBIT_ETHERNET",
+]
 
 # Usable one-way bandwidth in GB/s (bytes, not bits: 10 Gbit/s = 1.25 GB/s).
-GBIT_ETHERNET = {"10 GbE": 1.25, "25 GbE": 3.125, "100 GbE / IB EDR": 12.5,
-                 "IB NDR 400": 50.0, "PCIe 5 x16": 63.0, "NVLink 4 (H100/H200)": 450.0}
+GBIT_ETHERNET = {
+    "10 GbE": 1.25,
+    "25 GbE": 3.125,
+    "100 GbE / IB EDR": 12.5,
+    "IB NDR 400": 50.0,
+    "PCIe 5 x16": 63.0,
+    "NVLink 4 (H100/H200)": 450.0,
+}
 
 
-def training_memory_bytes(num_params: int, bytes_per_value: int = 4,
-                          activation_bytes: int = 0) -> int:
-    """Return bytes to train with Adam: weights + gradients + 2 Adam states + activations.
+def training_memory_bytes(
+    num_params: int, bytes_per_value: int = 4, activation_bytes: int = 0
+) -> int:
+    """Return bytes to train with Adam: weights, gradients, 2 Adam states, activations.
 
     Every copy in the same precision (fp32: 16 bytes per parameter). Mixed precision
     with fp32 master weights also lands near 16 (ZeRO paper: 2 + 2 + 12).
@@ -26,19 +38,26 @@ def training_memory_bytes(num_params: int, bytes_per_value: int = 4,
     return num_params * bytes_per_value * 4 + activation_bytes
 
 
-def ring_allreduce_bytes(num_params: int, world_size: int, bytes_per_value: int = 4) -> float:
-    """Return the bytes each GPU sends in a ring all-reduce: 2(n-1)/n of the gradients."""
+def ring_allreduce_bytes(
+    num_params: int, world_size: int, bytes_per_value: int = 4
+) -> float:
+    """Return the bytes each GPU sends in a ring all-reduce: 2(n-1)/n of gradients."""
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}.")
     return 2 * (world_size - 1) / world_size * num_params * bytes_per_value
 
 
-def allreduce_seconds(num_params: int, world_size: int, link_gbytes_per_s: float,
-                      bytes_per_value: int = 4) -> float:
+def allreduce_seconds(
+    num_params: int, world_size: int, link_gbytes_per_s: float, bytes_per_value: int = 4
+) -> float:
     """Return the bandwidth-bound time of one gradient all-reduce (latency ignored)."""
     if link_gbytes_per_s <= 0:
-        raise ValueError(f"link bandwidth must be positive, got {link_gbytes_per_s} GB/s.")
-    return ring_allreduce_bytes(num_params, world_size, bytes_per_value) / (link_gbytes_per_s * 1e9)
+        raise ValueError(
+            f"link bandwidth must be positive, got {link_gbytes_per_s} GB/s."
+        )
+    return ring_allreduce_bytes(num_params, world_size, bytes_per_value) / (
+        link_gbytes_per_s * 1e9
+    )
 
 
 def _nbytes(tensors) -> int:
@@ -67,7 +86,15 @@ def measure_training_bytes(model, images, labels) -> dict[str, int]:
         loss = F.cross_entropy(model(images), labels)
     loss.backward()
     optimizer.step()
-    states = [v for state in optimizer.state.values() for v in state.values()
-              if torch.is_tensor(v) and v.dim() > 0]   # skip Adam's scalar step counter
-    return {"weights": _nbytes(params), "gradients": _nbytes(p.grad for p in params),
-            "adam states": _nbytes(states), "activations": sum(activations)}
+    states = [
+        v
+        for state in optimizer.state.values()
+        for v in state.values()
+        if torch.is_tensor(v) and v.dim() > 0
+    ]  # skip Adam's scalar step counter
+    return {
+        "weights": _nbytes(params),
+        "gradients": _nbytes(p.grad for p in params),
+        "adam states": _nbytes(states),
+        "activations": sum(activations),
+    }

@@ -24,8 +24,8 @@ BACKENDS = ("auto", "nccl", "gloo")
 class Setup:
     """What a lab runs on: backend, device type, number of ranks, and why."""
 
-    backend: str       # "nccl" or "gloo"
-    device_type: str   # "cuda" or "cpu"
+    backend: str  # "nccl" or "gloo"
+    device_type: str  # "cuda" or "cpu"
     world_size: int
     reason: str
 
@@ -45,9 +45,15 @@ def cpu_count() -> int:
 
 
 def _check_world_size(world_size) -> None:
-    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
-        raise ValueError(f"world_size must be a positive integer (the number of ranks), "
-                         f"got {world_size!r}.")
+    if (
+        not isinstance(world_size, int)
+        or isinstance(world_size, bool)
+        or world_size < 1
+    ):
+        raise ValueError(
+            f"world_size must be a positive integer (the number of ranks), "
+            f"got {world_size!r}."
+        )
 
 
 def choose(world_size: int = 1, backend: str = "auto", verbose: bool = True) -> Setup:
@@ -58,33 +64,53 @@ def choose(world_size: int = 1, backend: str = "auto", verbose: bool = True) -> 
     """
     _check_world_size(world_size)
     if backend not in BACKENDS:
-        raise ValueError(f"Unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}.")
+        raise ValueError(
+            f"Unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}."
+        )
     found = torch.cuda.device_count()
     have_nccl = dist.is_available() and dist.is_nccl_available()
     if backend == "nccl" and (found < world_size or not have_nccl):
         raise ValueError(
             f"NCCL needs one GPU per rank: {world_size} rank(s) asked, {found} GPU(s) "
             f"found{'' if have_nccl else ' and this PyTorch has no NCCL'}. Ask for "
-            f"world_size <= {found}, or use backend='gloo' to run the ranks on the CPU.")
+            f"world_size <= {found}, or use backend='gloo' to run the ranks on the CPU."
+        )
     if backend == "gloo":
-        setup = Setup("gloo", "cpu", world_size, "gloo asked for: ranks are CPU processes")
+        setup = Setup(
+            "gloo", "cpu", world_size, "gloo asked for: ranks are CPU processes"
+        )
     elif found >= world_size and have_nccl:
-        setup = Setup("nccl", "cuda", world_size,
-                      f"{found} GPU(s) found, {world_size} rank(s) wanted: one GPU per "
-                      "rank, NCCL between them")
+        setup = Setup(
+            "nccl",
+            "cuda",
+            world_size,
+            f"{found} GPU(s) found, {world_size} rank(s) wanted: one GPU per "
+            "rank, NCCL between them",
+        )
     else:
-        why = "this PyTorch has no NCCL" if found and not have_nccl else \
-            f"{found} GPU(s) found, {world_size} rank(s) wanted"
-        setup = Setup("gloo", "cpu", world_size,
-                      f"{why}: ranks run as CPU processes with gloo (same code, "
-                      "slower; the lab says where numbers differ from GPUs)")
+        why = (
+            "this PyTorch has no NCCL"
+            if found and not have_nccl
+            else f"{found} GPU(s) found, {world_size} rank(s) wanted"
+        )
+        setup = Setup(
+            "gloo",
+            "cpu",
+            world_size,
+            f"{why}: ranks run as CPU processes with gloo (same code, "
+            "slower; the lab says where numbers differ from GPUs)",
+        )
     if verbose and world_size == 1:
-        print(f"Device: {setup.device_type} - {found} GPU(s) found"
-              f"{', using the first' if setup.device_type == 'cuda' else ': one CPU process'}"
-              " (multi-process labs print their backend when they start)")
+        print(
+            f"Device: {setup.device_type} - {found} GPU(s) found"
+            f"{', using the first' if setup.device_type == 'cuda' else ': one process'}"
+            " (multi-process labs print their backend when they start)"
+        )
     elif verbose:
-        print(f"Backend: {setup.backend} on {setup.device_type}, {world_size} rank(s) "
-              f"- {setup.reason}")
+        print(
+            f"Backend: {setup.backend} on {setup.device_type}, {world_size} rank(s) "
+            f"- {setup.reason}"
+        )
     return setup
 
 
@@ -104,14 +130,16 @@ def _memory_gib() -> str:
     try:
         with open("/proc/meminfo") as f:
             info = {line.split(":")[0]: int(line.split()[1]) for line in f}
-        return (f"{info['MemTotal'] / 2**20:.1f} GiB total, "
-                f"{info['MemAvailable'] / 2**20:.1f} GiB available")
+        return (
+            f"{info['MemTotal'] / 2**20:.1f} GiB total, "
+            f"{info['MemAvailable'] / 2**20:.1f} GiB available"
+        )
     except (OSError, KeyError, ValueError):
         return "unknown (no /proc/meminfo)"
 
 
 def _shm_gib() -> str:
-    """Return the size of /dev/shm: DataLoader workers and NCCL need it in containers."""
+    """Return the size of /dev/shm (DataLoader workers and NCCL need it in Docker)."""
     try:
         stat = os.statvfs("/dev/shm")
     except OSError:
@@ -121,14 +149,21 @@ def _shm_gib() -> str:
 
 def _gpu_rows() -> list[tuple[str, str]]:
     rows = []
-    smi = _run(["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version",
-                "--format=csv,noheader"])
+    smi = _run(
+        [
+            "nvidia-smi",
+            "--query-gpu=index,name,memory.total,driver_version",
+            "--format=csv,noheader",
+        ]
+    )
     if smi:
         rows += [("nvidia-smi GPU", line) for line in smi.splitlines()]
         topo = _run(["nvidia-smi", "topo", "-m"])
         rows.append(("nvidia-smi topo -m", "\n" + topo if topo else "not available"))
     else:
-        rows.append(("nvidia-smi", "not found or failed: no NVIDIA driver visible here"))
+        rows.append(
+            ("nvidia-smi", "not found or failed: no NVIDIA driver visible here")
+        )
     return rows
 
 
@@ -143,8 +178,12 @@ def report() -> list[tuple[str, str]]:
         ("torch.cuda.is_available()", str(torch.cuda.is_available())),
         ("torch.cuda.device_count()", str(torch.cuda.device_count())),
         *_gpu_rows(),
-        ("nvcc (CUDA toolkit on PATH)",
-         nvcc.splitlines()[-1] if nvcc else "not on PATH (fine: the wheel brings CUDA)"),
+        (
+            "nvcc (CUDA toolkit on PATH)",
+            nvcc.splitlines()[-1]
+            if nvcc
+            else "not on PATH (fine: the wheel brings CUDA)",
+        ),
         ("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", "(not set)")),
         ("LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH", "(not set)")),
         ("gloo available", str(dist.is_available() and dist.is_gloo_available())),
@@ -155,7 +194,9 @@ def report() -> list[tuple[str, str]]:
     ]
     for i in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(i)
-        rows.append((f"cuda:{i}", f"{props.name}, {props.total_memory / 2**30:.1f} GiB"))
+        rows.append(
+            (f"cuda:{i}", f"{props.name}, {props.total_memory / 2**30:.1f} GiB")
+        )
     return rows
 
 

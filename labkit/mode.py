@@ -24,10 +24,14 @@ def pick(full, quick):
 def describe() -> str:
     """Say which mode is on and how to switch."""
     if is_quick():
-        return (f"Mode: QUICK ({QUICK_ENV}=1): small subsets and few steps, "
-                "numbers are only indicative. Unset it for the full lab.")
-    return (f"Mode: FULL: the real data and step counts. "
-            f"Set {QUICK_ENV}=1 for a fast smoke run.")
+        return (
+            f"Mode: QUICK ({QUICK_ENV}=1): small subsets and few steps, "
+            "numbers are only indicative. Unset it for the full lab."
+        )
+    return (
+        f"Mode: FULL: the real data and step counts. "
+        f"Set {QUICK_ENV}=1 for a fast smoke run."
+    )
 
 
 def begin(world_size: int = 1, backend: str = "auto"):
@@ -40,6 +44,8 @@ def begin(world_size: int = 1, backend: str = "auto"):
     from labkit import hardware
 
     print(describe())
-    print(f"PyTorch {torch.__version__} (built for CUDA {torch.version.cuda or 'none'})"
-          f", {hardware.cpu_count()} CPU core(s) available")
+    print(
+        f"PyTorch {torch.__version__} (built for CUDA {torch.version.cuda or 'none'})"
+        f", {hardware.cpu_count()} CPU core(s) available"
+    )
     return hardware.choose(world_size, backend)

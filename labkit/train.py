@@ -50,16 +50,25 @@ class History:
     losses: list = field(default_factory=list)
     accuracies: list = field(default_factory=list)
     images: int = 0
-    seconds: float = 0.0   # training only: evaluation is excluded
+    seconds: float = 0.0  # training only: evaluation is excluded
 
     @property
     def images_per_second(self) -> float:
         return self.images / self.seconds if self.seconds else 0.0
 
 
-def fit(model, make_batches, test_batches, epochs: int, optimizer, scheduler=None,
-        device="cpu", autocast: bool = False, plot: bool = True,
-        max_steps: int | None = None) -> History:
+def fit(
+    model,
+    make_batches,
+    test_batches,
+    epochs: int,
+    optimizer,
+    scheduler=None,
+    device="cpu",
+    autocast: bool = False,
+    plot: bool = True,
+    max_steps: int | None = None,
+) -> History:
     """Train for ``epochs`` and evaluate after each; show a bar and a live plot.
 
     ``make_batches(epoch)`` returns that epoch's (images, labels) on ``device``
@@ -75,12 +84,16 @@ def fit(model, make_batches, test_batches, epochs: int, optimizer, scheduler=Non
         total = len(batches) if hasattr(batches, "__len__") else None
         if max_steps is not None:
             total = min(total, max_steps) if total else max_steps
-        bar = tqdm(batches, desc=f"epoch {epoch + 1}/{epochs}", leave=False, total=total)
+        bar = tqdm(
+            batches, desc=f"epoch {epoch + 1}/{epochs}", leave=False, total=total
+        )
         for step, (images, labels) in enumerate(bar):
             if max_steps is not None and step >= max_steps:
                 break
             images, labels = images.to(device, non_blocking=True), labels.to(device)
-            history.losses.append(train_step(model, images, labels, optimizer, autocast))
+            history.losses.append(
+                train_step(model, images, labels, optimizer, autocast)
+            )
             history.images += len(labels)
             if scheduler is not None:
                 scheduler.step()
@@ -92,20 +105,22 @@ def fit(model, make_batches, test_batches, epochs: int, optimizer, scheduler=Non
         history.accuracies.append(evaluate(model, test_batches()))
         if live:
             live.update(history)
-    print(f"{epochs} epoch(s), {history.images} images in {history.seconds:.1f} s: "
-          f"{history.images_per_second:,.0f} images/s on {device}, "
-          f"test accuracy {history.accuracies[-1]:.2%}")
+    print(
+        f"{epochs} epoch(s), {history.images} images in {history.seconds:.1f} s: "
+        f"{history.images_per_second:,.0f} images/s on {device}, "
+        f"test accuracy {history.accuracies[-1]:.2%}"
+    )
     return history
 
 
 class LivePlot:
-    """Loss and accuracy curves that redraw in place in a notebook (nothing elsewhere)."""
+    """Loss and accuracy curves that redraw in place in a notebook (only there)."""
 
     def __init__(self):
         import matplotlib.pyplot as plt
 
         self.fig, (self.ax_loss, self.ax_acc) = plt.subplots(1, 2, figsize=(9, 3))
-        plt.close(self.fig)   # shown through the display handle only, not twice
+        plt.close(self.fig)  # shown through the display handle only, not twice
         self.handle = None
 
     def update(self, history: History) -> None:
@@ -117,7 +132,9 @@ class LivePlot:
         self.ax_loss.plot(history.losses, lw=0.8)
         self.ax_loss.set(xlabel="step", ylabel="training loss", yscale="log")
         self.ax_acc.clear()
-        self.ax_acc.plot(range(1, len(history.accuracies) + 1), history.accuracies, "o-")
+        self.ax_acc.plot(
+            range(1, len(history.accuracies) + 1), history.accuracies, "o-"
+        )
         self.ax_acc.set(xlabel="epoch", ylabel="test accuracy")
         self.ax_acc.xaxis.get_major_locator().set_params(integer=True)
         self.fig.tight_layout()

@@ -15,8 +15,11 @@ def _fails(check, fn, hint):
 
 def test_count_parameters_hints():
     """Are frozen parameters and the stub reported?"""
-    _fails(checks.count_parameters, lambda m: sum(p.numel() for p in m.parameters()),
-           "Frozen parameters")
+    _fails(
+        checks.count_parameters,
+        lambda m: sum(p.numel() for p in m.parameters()),
+        "Frozen parameters",
+    )
 
     def stub(model):
         raise NotImplementedError()
@@ -24,8 +27,14 @@ def test_count_parameters_hints():
     _fails(checks.count_parameters, stub, "not done yet")
 
 
-@pytest.mark.parametrize("copies, hint", [(1, "weights only"), (2, "Adam keeps two more"),
-                                          (3, r"two states per parameter \(m and v\), not one")])
+@pytest.mark.parametrize(
+    "copies, hint",
+    [
+        (1, "weights only"),
+        (2, "Adam keeps two more"),
+        (3, r"two states per parameter \(m and v\), not one"),
+    ],
+)
 def test_training_memory_hints(copies, hint):
     """Does each missing copy get its own hint?"""
     _fails(checks.training_memory, lambda n, b, a: n * b * copies + a, hint)
@@ -33,14 +42,19 @@ def test_training_memory_hints(copies, hint):
 
 def test_training_memory_forgotten_activations():
     """Are forgotten activation bytes named?"""
-    _fails(checks.training_memory, lambda n, b, a: n * b * 4, "Add the activation bytes")
+    _fails(
+        checks.training_memory, lambda n, b, a: n * b * 4, "Add the activation bytes"
+    )
 
 
-@pytest.mark.parametrize("fn, hint", [
-    (lambda n, w, link, b: n * b / (link * 1e9), "moves each byte twice"),
-    (lambda n, w, link, b: 2 * n * b / (link * 1e9), r"2\(n-1\)/n"),
-    (lambda n, w, link, b: 2 * (w - 1) / w * n * b / (link * 1e9) / 8, "gigaBYTES"),
-])
+@pytest.mark.parametrize(
+    "fn, hint",
+    [
+        (lambda n, w, link, b: n * b / (link * 1e9), "moves each byte twice"),
+        (lambda n, w, link, b: 2 * n * b / (link * 1e9), r"2\(n-1\)/n"),
+        (lambda n, w, link, b: 2 * (w - 1) / w * n * b / (link * 1e9) / 8, "gigaBYTES"),
+    ],
+)
 def test_allreduce_hints(fn, hint):
     """Do the usual all-reduce mistakes get their hints?"""
     _fails(checks.allreduce_time, fn, hint)
@@ -48,40 +62,54 @@ def test_allreduce_hints(fn, hint):
 
 def test_device_choice_catches_missing_brackets():
     """Is `is_available` without () caught even on a GPU machine?"""
-    _fails(checks.device_choice,
-           lambda: torch.device("cuda" if torch.cuda.is_available else "cpu"), "always truthy")
+    _fails(
+        checks.device_choice,
+        lambda: torch.device("cuda" if torch.cuda.is_available else "cpu"),
+        "always truthy",
+    )
     _fails(checks.device_choice, lambda: "cpu", "return a torch.device")
 
 
 def test_allreduce_single_gpu_hint():
     """Is a nonzero time for one GPU explained?"""
-    _fails(checks.allreduce_time,
-           lambda n, w, link, b: 2 * (w - 1) / w * n * b / (link * 1e9) + (w == 1), "nothing to synchronise")
+    _fails(
+        checks.allreduce_time,
+        lambda n, w, link, b: 2 * (w - 1) / w * n * b / (link * 1e9) + (w == 1),
+        "nothing to synchronise",
+    )
 
 
 def test_transform_hints():
     """Are ToTensor without () and a missing Normalize caught?"""
-    _fails(checks.mnist_transform, lambda: transforms.Compose([transforms.ToTensor]),
-           "ToTensor without")
-    _fails(checks.mnist_transform, lambda: transforms.ToTensor(), "black pixel should become")
+    _fails(
+        checks.mnist_transform,
+        lambda: transforms.Compose([transforms.ToTensor]),
+        "ToTensor without",
+    )
+    _fails(
+        checks.mnist_transform,
+        lambda: transforms.ToTensor(),
+        "black pixel should become",
+    )
     assert data.MEAN and data.STD
 
 
 def test_minibatch_hints():
     """Are unshuffled, dropped-last and misaligned batches caught?"""
+
     def in_order(images, labels, bs, gen):
         for s in range(0, len(labels), bs):
-            yield images[s:s + bs], labels[s:s + bs]
+            yield images[s : s + bs], labels[s : s + bs]
 
     def drop_last(images, labels, bs, gen):
         order = torch.randperm(len(labels), generator=gen)
         for s in range(0, len(labels) - bs + 1, bs):
-            yield images[order[s:s + bs]], labels[order[s:s + bs]]
+            yield images[order[s : s + bs]], labels[order[s : s + bs]]
 
     def misaligned(images, labels, bs, gen):
         order = torch.randperm(len(labels), generator=gen)
         for s in range(0, len(labels), bs):
-            yield images[order[s:s + bs]], labels[s:s + bs]
+            yield images[order[s : s + bs]], labels[s : s + bs]
 
     _fails(checks.minibatches, in_order, "shuffled")
     _fails(checks.minibatches, drop_last, r"\[4, 4, 2\]")
@@ -90,6 +118,7 @@ def test_minibatch_hints():
 
 def test_train_step_hints():
     """Are a missing zero_grad and a tensor return caught?"""
+
     def no_zero_grad(model, images, labels, optimizer):
         loss = F.cross_entropy(model(images), labels)
         loss.backward()

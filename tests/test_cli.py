@@ -10,8 +10,12 @@ from labkit import bench, cli
 
 def test_doctor_runs_as_a_command():
     """Does `labkit doctor` exit 0 and print the backend choice?"""
-    done = subprocess.run([sys.executable, "-m", "labkit.cli", "doctor"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "labkit.cli", "doctor"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and "Backend:" in done.stdout
 
 
@@ -25,7 +29,9 @@ def test_prepare_error_is_one_line(tmp_path, capsys):
     """Does a missing data set give exit 2 and a one-line error, not a traceback?"""
     assert cli.main(["data", "prepare", "--root", str(tmp_path), "--offline"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("labkit data: error: MNIST is not in") and "Traceback" not in err
+    assert (
+        err.startswith("labkit data: error: MNIST is not in") and "Traceback" not in err
+    )
 
 
 def test_build_labs_check_passes_on_the_repository(capsys):
@@ -44,4 +50,8 @@ def test_data_benchmark_prints_ratio_last(capsys):
     """Does the data benchmark end with its headline ratio line?"""
     ratio = bench.data_loading(count=20)
     last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert last.startswith("fast path vs DataLoader: ") and last.endswith("x") and ratio > 1
+    assert (
+        last.startswith("fast path vs DataLoader: ")
+        and last.endswith("x")
+        and ratio > 1
+    )

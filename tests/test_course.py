@@ -1,4 +1,4 @@
-"""Tests for labkit.course: building labs/ from solutions/, and the repository's notebooks."""
+"""Tests for labkit.course (labs/ from solutions/) and the repository's notebooks."""
 
 from pathlib import Path
 
@@ -20,7 +20,10 @@ def _notebook(*sources: str) -> nbformat.NotebookNode:
 def test_stub_keeps_indent_and_raises():
     """Does a solution region become an indented NotImplementedError stub?"""
     lab = course.make_lab(_notebook(SOLUTION))
-    assert lab.cells[0].source == "def f(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()"
+    assert (
+        lab.cells[0].source
+        == "def f(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()"
+    )
     namespace: dict = {}
     exec(lab.cells[0].source, namespace)
     with pytest.raises(NotImplementedError):
@@ -30,7 +33,9 @@ def test_stub_keeps_indent_and_raises():
 def test_markdown_answer_is_blanked():
     """Does a markdown solution become YOUR ANSWER HERE?"""
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell("Q?\n### BEGIN SOLUTION\nA.\n### END SOLUTION")]
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("Q?\n### BEGIN SOLUTION\nA.\n### END SOLUTION")
+    ]
     assert course.make_lab(nb).cells[0].source == "Q?\nYOUR ANSWER HERE"
 
 
@@ -43,11 +48,14 @@ def test_outputs_are_cleared():
     assert cell.outputs == [] and cell.execution_count is None
 
 
-@pytest.mark.parametrize("source, message", [
-    ("### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION", "nested"),
-    ("x = 1\n### END SOLUTION", "without"),
-    ("### BEGIN SOLUTION\nx = 1", "never closed"),
-])
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION", "nested"),
+        ("x = 1\n### END SOLUTION", "without"),
+        ("### BEGIN SOLUTION\nx = 1", "never closed"),
+    ],
+)
 def test_bad_markers_name_notebook_and_cell(source, message):
     """Do malformed markers fail with the notebook name and cell index?"""
     with pytest.raises(course.CourseError, match=rf"demo.ipynb cell 1: .*{message}"):
@@ -81,15 +89,20 @@ def test_repository_labs_are_up_to_date():
     assert stale == [], f"stale labs {stale}: run `labkit build-labs`"
 
 
-@pytest.mark.parametrize("path", sorted(ROOT.glob("labs/*.ipynb")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted(ROOT.glob("labs/*.ipynb")), ids=lambda p: p.name
+)
 def test_labs_hold_no_solution_code(path):
     """Does no lab keep a solution marker?"""
     text = path.read_text()
     assert course.BEGIN not in text and course.END not in text
 
 
-@pytest.mark.parametrize("path", sorted([*ROOT.glob("labs/*.ipynb"), *ROOT.glob("solutions/*.ipynb")]),
-                         ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize(
+    "path",
+    sorted([*ROOT.glob("labs/*.ipynb"), *ROOT.glob("solutions/*.ipynb")]),
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
 def test_notebooks_are_committed_without_outputs(path):
     """Is every notebook stored without outputs or execution counts?"""
     nb = nbformat.read(path, as_version=4)
@@ -98,8 +111,12 @@ def test_notebooks_are_committed_without_outputs(path):
             assert cell.outputs == [] and cell.execution_count is None, f"cell {index}"
 
 
-@pytest.mark.parametrize("path", sorted(ROOT.glob("solutions/*.ipynb")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted(ROOT.glob("solutions/*.ipynb")), ids=lambda p: p.name
+)
 def test_notebook_declares_its_hardware(path):
     """Does every solution say what hardware it needs (metadata.labkit)?"""
     needs = nbformat.read(path, as_version=4).metadata.get("labkit", {})
-    assert {"min_gpus", "cpu_ok"} <= set(needs), "metadata.labkit needs min_gpus and cpu_ok"
+    assert {"min_gpus", "cpu_ok"} <= set(needs), (
+        "metadata.labkit needs min_gpus and cpu_ok"
+    )

@@ -1,4 +1,4 @@
-"""Tests for labkit.data: MD5-checked MNIST, clear errors, and the device-resident fast path."""
+"""Tests for labkit.data: MD5-checked MNIST, clear errors, the device fast path."""
 
 import gzip
 
@@ -29,6 +29,7 @@ def test_offline_env_never_downloads(tmp_path, monkeypatch):
 
 def test_failed_download_is_explained(tmp_path, monkeypatch):
     """Does a download failure (no network) become a DataError with the fix?"""
+
     def no_network(*args, **kwargs):
         raise RuntimeError("Error downloading train-images-idx3-ubyte.gz: no route")
 
@@ -41,7 +42,9 @@ def test_corrupt_file_is_an_md5_error(mnist_root):
     """Does a damaged .gz fail with an MD5 message naming the file?"""
     path = mnist_root / "MNIST" / "raw" / "t10k-labels-idx1-ubyte.gz"
     path.write_bytes(path.read_bytes()[:-10] + b"0123456789")
-    with pytest.raises(data.DataError, match=r"t10k-labels-idx1-ubyte.gz is corrupt: its MD5"):
+    with pytest.raises(
+        data.DataError, match=r"t10k-labels-idx1-ubyte.gz is corrupt: its MD5"
+    ):
         data.prepare(mnist_root, download=False)
 
 
@@ -63,11 +66,15 @@ def test_data_root_follows_env(tmp_path, monkeypatch):
 def test_device_data_matches_classic_transform(mnist_root):
     """Is the fast path normalized exactly like ToTensor + Normalize?"""
     fast = data.DeviceData.mnist(train=False, limit=5, root=mnist_root)
-    classic = data.mnist(train=False, root=mnist_root, transform=data.classic_transform())
+    classic = data.mnist(
+        train=False, root=mnist_root, transform=data.classic_transform()
+    )
     assert fast.images.shape == (5, 1, 28, 28) and fast.labels.dtype == torch.int64
     for i in range(5):
         image, label = classic[i]
-        assert torch.allclose(fast.images[i], image, atol=1e-5) and fast.labels[i] == label
+        assert (
+            torch.allclose(fast.images[i], image, atol=1e-5) and fast.labels[i] == label
+        )
 
 
 def test_batches_cover_every_sample_once():
@@ -95,8 +102,9 @@ def test_bad_batches_and_shapes():
 
 def test_dataloader_limit(mnist_root):
     """Does the classic DataLoader honour limit and batch size?"""
-    loader = data.dataloader(train=False, batch_size=4, num_workers=0, limit=10,
-                             root=mnist_root)
+    loader = data.dataloader(
+        train=False, batch_size=4, num_workers=0, limit=10, root=mnist_root
+    )
     assert len(loader.dataset) == 10
     images, labels = next(iter(loader))
     assert images.shape == (4, 1, 28, 28) and labels.shape == (4,)

@@ -20,20 +20,34 @@ NAMES = sorted(p.name for p in (ROOT / "solutions").glob("*.ipynb"))
 
 def _run(source: str, namespace: dict) -> None:
     """Execute a cell's source, skipping IPython magics and shell lines."""
-    lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    lines = [
+        line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))
+    ]
+    with (
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+    ):
         exec(compile("\n".join(lines), "<cell>", "exec"), namespace)
 
 
 def _exercises(path: Path):
     """Return the setup cell's source and (exercise, check) source pairs."""
-    code = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    code = [
+        c.source
+        for c in nbformat.read(path, as_version=4).cells
+        if c.cell_type == "code"
+    ]
     solved = nbformat.read(ROOT / "solutions" / path.name, as_version=4)
-    marked = [i for i, c in enumerate(c for c in solved.cells if c.cell_type == "code")
-              if course.BEGIN in c.source]
+    marked = [
+        i
+        for i, c in enumerate(c for c in solved.cells if c.cell_type == "code")
+        if course.BEGIN in c.source
+    ]
     pairs = [(code[i], code[i + 1]) for i in marked]
     for _, check in pairs:
-        assert "checks." in check, f"{path.name}: the cell after an exercise must call a check"
+        assert "checks." in check, (
+            f"{path.name}: the cell after an exercise must call a check"
+        )
     return code[0], pairs
 
 
@@ -58,6 +72,6 @@ def test_checks_fail_on_stub(name):
     for exercise, check in pairs:
         namespace = dict(base)
         assert "NotImplementedError" in exercise
-        _run(exercise, namespace)   # stubs are function bodies: defining them must work
+        _run(exercise, namespace)  # stubs are function bodies: defining them must work
         with pytest.raises(checks.ExerciseFailed):
             _run(check, namespace)

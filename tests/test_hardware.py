@@ -10,8 +10,16 @@ def test_report_works_without_gpu(capsys):
     """Does the report print versions, cores and the chosen backend with no GPU?"""
     setup = hardware.print_report()
     out = capsys.readouterr().out
-    for label in ("PyTorch", "CUDA inside the torch wheel", "nvidia-smi", "CPU cores",
-                  "RAM", "NCCL available", "gloo available", "Backend:"):
+    for label in (
+        "PyTorch",
+        "CUDA inside the torch wheel",
+        "nvidia-smi",
+        "CPU cores",
+        "RAM",
+        "NCCL available",
+        "gloo available",
+        "Backend:",
+    ):
         assert label in out
     if torch.cuda.device_count() == 0:
         assert setup.backend == "gloo" and setup.device_type == "cpu"
@@ -36,7 +44,9 @@ def test_single_process_line(capsys):
 def test_nccl_with_too_few_gpus_is_an_error():
     """Does asking NCCL for more GPUs than present fail before anything starts?"""
     want = torch.cuda.device_count() + 1
-    with pytest.raises(ValueError, match=rf"NCCL needs one GPU per rank: {want} rank\(s\)"):
+    with pytest.raises(
+        ValueError, match=rf"NCCL needs one GPU per rank: {want} rank\(s\)"
+    ):
         hardware.choose(want, "nccl")
 
 

@@ -38,12 +38,16 @@ def test_memory_formula_and_measurement_agree():
     n = models.count_parameters(model)
     assert measured["weights"] == measured["gradients"] == 4 * n
     assert measured["adam states"] == 8 * n
-    assert measured["activations"] > 8 * 16 * 28 * 28 * 4   # at least the first conv's output
-    assert sum(measured.values()) == estimate.training_memory_bytes(n, 4, measured["activations"])
+    assert (
+        measured["activations"] > 8 * 16 * 28 * 28 * 4
+    )  # at least the first conv's output
+    assert sum(measured.values()) == estimate.training_memory_bytes(
+        n, 4, measured["activations"]
+    )
 
 
 def test_allreduce_numbers():
-    """Do the ring all-reduce bytes and time follow 2(n-1)/n, with errors for bad input?"""
+    """Do ring all-reduce bytes and time follow 2(n-1)/n, with errors for bad input?"""
     assert estimate.ring_allreduce_bytes(100, 1) == 0
     assert estimate.ring_allreduce_bytes(100, 4) == pytest.approx(600)
     assert estimate.allreduce_seconds(1e9 / 8, 2, 1.25) == pytest.approx(0.4)

@@ -8,7 +8,9 @@ from labkit import data, models, train
 def _toy_data(n=64):
     torch.manual_seed(0)
     images = torch.randn(n, 1, 28, 28)
-    labels = (images.mean(dim=(1, 2, 3)) > 0).long()   # learnable: sign of the mean pixel
+    labels = (
+        images.mean(dim=(1, 2, 3)) > 0
+    ).long()  # learnable: sign of the mean pixel
     return data.DeviceData(images, labels)
 
 
@@ -17,17 +19,22 @@ def test_train_step_lowers_loss():
     source = _toy_data()
     model = models.small_cnn()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    losses = [train.train_step(model, source.images, source.labels, opt) for _ in range(5)]
+    losses = [
+        train.train_step(model, source.images, source.labels, opt) for _ in range(5)
+    ]
     assert isinstance(losses[0], float) and losses[-1] < losses[0]
 
 
 def test_evaluate_counts_correct_answers():
     """Does evaluate return the fraction of correct argmax predictions?"""
+
     class Fixed(torch.nn.Module):
         def forward(self, x):
             return torch.stack([x[:, 0], -x[:, 0]], dim=1)
 
-    batches = [(torch.tensor([[1.0], [-1.0], [2.0], [3.0]]), torch.tensor([0, 1, 1, 0]))]
+    batches = [
+        (torch.tensor([[1.0], [-1.0], [2.0], [3.0]]), torch.tensor([0, 1, 1, 0]))
+    ]
     assert train.evaluate(Fixed(), batches) == 0.75
 
 
@@ -36,8 +43,15 @@ def test_fit_measures_and_learns(capsys):
     source = _toy_data()
     model = models.small_cnn()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    history = train.fit(model, lambda epoch: source.batches(16), lambda: source.batches(64),
-                        epochs=2, optimizer=opt, plot=False, max_steps=3)
+    history = train.fit(
+        model,
+        lambda epoch: source.batches(16),
+        lambda: source.batches(64),
+        epochs=2,
+        optimizer=opt,
+        plot=False,
+        max_steps=3,
+    )
     assert len(history.losses) == 6 and history.images == 2 * 3 * 16
     assert history.seconds > 0 and history.images_per_second > 0
     assert len(history.accuracies) == 2

@@ -14,9 +14,11 @@ def attempt(exercise: str, fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except NotImplementedError:
-        raise ExerciseFailed(f"{exercise}: not done yet. Replace "
-                             "`raise NotImplementedError()` with your code and re-run "
-                             "the cell, then this one.") from None
+        raise ExerciseFailed(
+            f"{exercise}: not done yet. Replace "
+            "`raise NotImplementedError()` with your code and re-run "
+            "the cell, then this one."
+        ) from None
 
 
 def passed(exercise: str, detail: str = "") -> None:
@@ -24,10 +26,13 @@ def passed(exercise: str, detail: str = "") -> None:
     print(f"✅ {exercise}: passed. {detail}".rstrip())
 
 
-def expect_close(exercise: str, got, want: float, case: str, hint: str = "",
-                 rel: float = 1e-6) -> None:
+def expect_close(
+    exercise: str, got, want: float, case: str, hint: str = "", rel: float = 1e-6
+) -> None:
     """Fail with the numbers and a hint unless ``got`` is within ``rel`` of ``want``."""
-    if not isinstance(got, (int, float)) or not math.isclose(got, want, rel_tol=rel,
-                                                             abs_tol=1e-12):
-        raise ExerciseFailed(f"{exercise}: for {case} expected {want:.6g}, got {got!r}. "
-                             f"{hint}".rstrip())
+    if not isinstance(got, (int, float)) or not math.isclose(
+        got, want, rel_tol=rel, abs_tol=1e-12
+    ):
+        raise ExerciseFailed(
+            f"{exercise}: for {case} expected {want:.6g}, got {got!r}. {hint}".rstrip()
+        )

@@ -1,4 +1,4 @@
-"""Checks for the single-device lab: device choice, transform, mini-batches, one step."""
+"""Checks for the single-device lab: device, transform, mini-batches, one step."""
 
 import copy
 from unittest import mock
@@ -24,16 +24,21 @@ def device_choice(fn) -> None:
         if not isinstance(got, torch.device):
             raise ExerciseFailed(f"{name}: return a torch.device, got {got!r}.")
         if got.type != want:
-            hint = ("`torch.cuda.is_available` without () is a function object, and a "
-                    "function is always truthy: call it." if want == "cpu" else
-                    "When CUDA is available, return torch.device('cuda').")
-            raise ExerciseFailed(f"{name}: with CUDA available={available} expected "
-                                 f"{want!r}, got {got.type!r}. {hint}")
+            hint = (
+                "`torch.cuda.is_available` without () is a function object, and a "
+                "function is always truthy: call it."
+                if want == "cpu"
+                else "When CUDA is available, return torch.device('cuda')."
+            )
+            raise ExerciseFailed(
+                f"{name}: with CUDA available={available} expected "
+                f"{want!r}, got {got.type!r}. {hint}"
+            )
     passed(name, "The seed's bug (no brackets) would have picked CUDA on a laptop.")
 
 
 def mnist_transform(fn) -> None:
-    """Check ``fn()`` returns a transform: PIL 28x28 -> normalized (1, 28, 28) float32."""
+    """Check ``fn()`` turns a PIL 28x28 image into a normalized (1, 28, 28) tensor."""
     name = "mnist_transform"
     pixels = np.zeros((28, 28), dtype=np.uint8)
     pixels[0, 0] = 255
@@ -41,23 +46,35 @@ def mnist_transform(fn) -> None:
     try:
         out = transform(Image.fromarray(pixels, mode="L"))
     except TypeError as err:
-        raise ExerciseFailed(f"{name}: applying your transform raised TypeError ({err}). "
-                             "Did you write transforms.ToTensor without ()? Compose "
-                             "needs instances: transforms.ToTensor().") from None
-    if not isinstance(out, torch.Tensor) or out.shape != (1, 28, 28) or out.dtype != torch.float32:
-        raise ExerciseFailed(f"{name}: expected a float32 tensor of shape (1, 28, 28), got "
-                             f"{getattr(out, 'dtype', type(out))} {getattr(out, 'shape', '')}.")
+        raise ExerciseFailed(
+            f"{name}: applying your transform raised TypeError ({err}). "
+            "Did you write transforms.ToTensor without ()? Compose "
+            "needs instances: transforms.ToTensor()."
+        ) from None
+    if (
+        not isinstance(out, torch.Tensor)
+        or out.shape != (1, 28, 28)
+        or out.dtype != torch.float32
+    ):
+        raise ExerciseFailed(
+            f"{name}: expected a float32 tensor of shape (1, 28, 28), got "
+            f"{getattr(out, 'dtype', type(out))} {getattr(out, 'shape', '')}."
+        )
     want_black, want_white = -data.MEAN / data.STD, (1 - data.MEAN) / data.STD
-    if not (abs(out[0, 1, 1] - want_black) < 1e-4 and abs(out[0, 0, 0] - want_white) < 1e-4):
-        raise ExerciseFailed(f"{name}: a black pixel should become {want_black:.4f} and a "
-                             f"white one {want_white:.4f}, got {out[0, 1, 1]:.4f} and "
-                             f"{out[0, 0, 0]:.4f}. Normalize((MEAN,), (STD,)) after "
-                             "ToTensor(), with data.MEAN and data.STD.")
+    if not (
+        abs(out[0, 1, 1] - want_black) < 1e-4 and abs(out[0, 0, 0] - want_white) < 1e-4
+    ):
+        raise ExerciseFailed(
+            f"{name}: a black pixel should become {want_black:.4f} and a "
+            f"white one {want_white:.4f}, got {out[0, 1, 1]:.4f} and "
+            f"{out[0, 0, 0]:.4f}. Normalize((MEAN,), (STD,)) after "
+            "ToTensor(), with data.MEAN and data.STD."
+        )
     passed(name, "Both brackets in place; pixels are centred and scaled.")
 
 
 def minibatches(fn) -> None:
-    """Check ``fn(images, labels, batch_size, generator)`` yields shuffled, aligned batches."""
+    """Check ``fn(images, labels, batch_size, generator)`` yields shuffled batches."""
     name = "iterate_minibatches"
     labels = torch.arange(10)
     images = labels.float().view(10, 1, 1, 1).expand(10, 1, 2, 2).clone()
@@ -65,21 +82,29 @@ def minibatches(fn) -> None:
     epochs = [list(attempt(name, fn, images, labels, 4, gen)) for _ in range(2)]
     sizes = [len(y) for _, y in epochs[0]]
     if sizes != [4, 4, 2]:
-        raise ExerciseFailed(f"{name}: 10 samples in batches of 4 should give sizes "
-                             f"[4, 4, 2] (keep the last, short batch), got {sizes}.")
+        raise ExerciseFailed(
+            f"{name}: 10 samples in batches of 4 should give sizes "
+            f"[4, 4, 2] (keep the last, short batch), got {sizes}."
+        )
     for batches in epochs:
         seen = torch.cat([y for _, y in batches])
         if sorted(seen.tolist()) != list(range(10)):
-            raise ExerciseFailed(f"{name}: each epoch must visit every sample once, saw "
-                                 f"{seen.tolist()}. Slice one permutation, don't sample.")
+            raise ExerciseFailed(
+                f"{name}: each epoch must visit every sample once, saw "
+                f"{seen.tolist()}. Slice one permutation, don't sample."
+            )
         if any(not torch.equal(x[:, 0, 0, 0].long(), y) for x, y in batches):
-            raise ExerciseFailed(f"{name}: images and labels went out of step: index both "
-                                 "with the same indices.")
+            raise ExerciseFailed(
+                f"{name}: images and labels went out of step: index both "
+                "with the same indices."
+            )
     orders = [torch.cat([y for _, y in b]).tolist() for b in epochs]
     if orders[0] == list(range(10)) or orders[0] == orders[1]:
-        raise ExerciseFailed(f"{name}: the order should be shuffled, and differ between "
-                             f"epochs; got {orders}. Draw torch.randperm(n, generator=...) "
-                             "on every call.")
+        raise ExerciseFailed(
+            f"{name}: the order should be shuffled, and differ between "
+            f"epochs; got {orders}. Draw torch.randperm(n, generator=...) "
+            "on every call."
+        )
     passed(name, "One gather per batch, no per-sample Python: that is the fast path.")
 
 
@@ -91,7 +116,7 @@ def _tiny_problem():
 
 
 def train_step(fn) -> None:
-    """Check ``fn(model, images, labels, optimizer) -> float`` matches a reference step."""
+    """Check ``fn(model, images, labels, optimizer)`` matches a reference step."""
     name = "train_step"
     model, images, labels = _tiny_problem()
     reference = copy.deepcopy(model)
@@ -101,18 +126,29 @@ def train_step(fn) -> None:
         want = train.train_step(reference, images, labels, ref_opt)
         got = attempt(name, fn, model, images, labels, opt)
         if not isinstance(got, float):
-            raise ExerciseFailed(f"{name}: return the loss as a Python float "
-                                 f"(loss.item()), got {type(got).__name__}.")
+            raise ExerciseFailed(
+                f"{name}: return the loss as a Python float "
+                f"(loss.item()), got {type(got).__name__}."
+            )
         if abs(got - want) > 1e-5:
-            raise ExerciseFailed(f"{name}: step {step + 1} returned loss {got:.5f}, expected "
-                                 f"{want:.5f} (F.cross_entropy on the logits, before the update).")
+            raise ExerciseFailed(
+                f"{name}: step {step + 1} returned loss {got:.5f}, expected "
+                f"{want:.5f} (F.cross_entropy on the logits, before the update)."
+            )
         for (pname, p), q in zip(model.named_parameters(), reference.parameters()):
             if not torch.allclose(p, q, atol=1e-6):
-                hint = ("Gradients piled up from the previous step: call "
-                        "optimizer.zero_grad() first." if step else
-                        "Call loss.backward() then optimizer.step().")
-                raise ExerciseFailed(f"{name}: after step {step + 1} parameter {pname!r} "
-                                     f"differs from the reference. {hint}")
+                hint = (
+                    "Gradients piled up from the previous step: call "
+                    "optimizer.zero_grad() first."
+                    if step
+                    else "Call loss.backward() then optimizer.step()."
+                )
+                raise ExerciseFailed(
+                    f"{name}: after step {step + 1} parameter {pname!r} "
+                    f"differs from the reference. {hint}"
+                )
     if F.cross_entropy(model(images), labels).item() >= want:
         raise ExerciseFailed(f"{name}: the loss did not go down after two steps.")
-    passed(name, "zero_grad, forward, loss, backward, step: the loop every lab builds on.")
+    passed(
+        name, "zero_grad, forward, loss, backward, step: the loop every lab builds on."
+    )
