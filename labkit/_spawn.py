@@ -1,4 +1,4 @@
-"""Start, watch and stop the rank processes behind ``launch.run`` (plumbing, not lesson).
+"""Start, watch and stop the rank processes behind ``launch.run`` (the plumbing).
 
 Ranks are started by a ``forkserver``: one helper process that imports torch once and
 forks a fresh rank per request. It never touches CUDA, so its forks are CUDA-safe,
@@ -69,7 +69,7 @@ def import_worker(module: str, qualname: str):
 # ---------------------------------------------------------------- inside each rank
 
 def watch_parent(control) -> threading.Event:
-    """Return an event set when the parent releases this rank; exit if the parent dies."""
+    """Return an event set when the parent releases this rank; exit if it dies."""
     released = threading.Event()
 
     def watch():
@@ -99,7 +99,7 @@ def init_rank(spec: RankSpec, rank: int) -> RankContext:
 
 
 def rank_main(spec: RankSpec, rank: int, results, control) -> None:
-    """Run one rank: send ("ok", result) or ("error", traceback), wait to be released."""
+    """Run one rank: send ("ok", result) or ("error", traceback), wait for release."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent decides when ranks stop
     os.environ.clear()
     os.environ.update(spec.environ)   # the parent's environment now, not the server's
@@ -108,8 +108,10 @@ def rank_main(spec: RankSpec, rank: int, results, control) -> None:
         worker = import_worker(spec.module, spec.qualname)
         ctx = init_rank(spec, rank)
         results.send(("ok", worker(ctx, *pickle.loads(spec.args))))
-    except BaseException:
-        results.send(("error", traceback.format_exc()))
+    except BaseException as err:   # KeyboardInterrupt and SystemExit included
+        frames = err.__traceback__.tb_next   # skip this launcher frame
+        text = "".join(traceback.format_exception(type(err), err, frames))
+        results.send(("error", text))
     released.wait()   # keep the process group up until every rank is done
     if dist.is_initialized():
         dist.destroy_process_group()
@@ -127,7 +129,7 @@ def _context():
 
 
 def start_server() -> None:
-    """Start the helper process that preloads torch now, so the first launch is quick."""
+    """Start the forkserver now; it imports ``PRELOAD`` in the background."""
     context = _context()
     if context.get_start_method() == "forkserver":
         from multiprocessing import forkserver
@@ -157,7 +159,7 @@ def start_rank(spec: RankSpec, rank: int) -> Rank:
 
 
 def stop(ranks: list[Rank], finished: bool) -> None:
-    """Release finished ranks (they exit by themselves); terminate, then kill, the rest."""
+    """Release the ranks if all finished, else terminate them; kill any that lingers."""
     deadline = time.monotonic() + STOP_S
     for rank in ranks:
         if finished:

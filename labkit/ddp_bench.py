@@ -48,10 +48,10 @@ def launch_cost(world_size: int = 2, repeats: int = 3) -> float:
     print(f"import torch in a fresh Python: {bare:.2f} s")
     first = _launch_seconds(world_size)
     again = statistics.median(_launch_seconds(world_size) for _ in range(repeats))
-    print(f"{world_size}-rank gloo launch, first in this Python (starts the forkserver): "
-          f"{first:.2f} s to every rank ready")
-    print(f"{world_size}-rank gloo launch, forkserver already up (median of {repeats}): "
-          f"{again:.2f} s ({again / bare:.2f}x import torch)")
+    print(f"{world_size}-rank gloo launch, the first in this Python (starts the "
+          f"forkserver): {first:.2f} s until every rank is ready")
+    print(f"{world_size}-rank gloo launch, forkserver already up (median of "
+          f"{repeats}): {again:.2f} s ({again / bare:.2f}x import torch)")
     ratio = first / bare
     print(f"launch vs import torch: {ratio:.2f}x")
     return ratio

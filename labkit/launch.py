@@ -1,7 +1,7 @@
 """Run a worker function on N ranks from a notebook, with guardrails instead of hangs.
 
 Taught in: lab 03 (DistributedDataParallel); every multi-process lab after it calls
-``run``. Scripts started by ``torchrun`` call ``init_from_env`` and get the same context.
+``run``. Scripts under ``torchrun`` call ``init_from_env`` and get the same context.
 
 How a launch goes: small named pre-flight checks (worker importable, sizes sane,
 backend possible), then the ranks start from a helper process that has already
@@ -53,8 +53,8 @@ class CollectiveTimeout(LaunchError):
 # ---------------------------------------------------------------- pre-flight checks
 
 _MAIN_ADVICE = (
-    "Worker {name!r} is defined in the notebook (module __main__). Each rank is a fresh "
-    "Python process that cannot see notebook cells, so it could not find it "
+    "Worker {name!r} is defined in the notebook (module __main__). Each rank is a "
+    "fresh Python process that cannot see notebook cells, so it could not find it "
     "(the raw error would be: AttributeError: Can't get attribute {name!r} on "
     "<module '__main__'>). Move the function into a module: put it in a cell that "
     "starts with `%%writefile my_worker.py`, run that cell, then "
@@ -66,7 +66,8 @@ def _check_worker(worker) -> None:
     name = getattr(worker, "__qualname__", repr(worker))
     module = getattr(worker, "__module__", None)
     if not callable(worker) or module is None:
-        raise LaunchError(f"worker must be a function defined in a module, got {worker!r}.")
+        raise LaunchError(
+            f"worker must be a function defined in a module, got {worker!r}.")
     if module in ("__main__", "__mp_main__"):
         raise LaunchError(_MAIN_ADVICE.format(name=name))
     if "<" in name:
@@ -76,8 +77,9 @@ def _check_worker(worker) -> None:
     try:
         found = _spawn.import_worker(module, name)
     except (ImportError, AttributeError) as err:
-        raise LaunchError(f"Ranks could not import worker {module}.{name}: {err}. Is the "
-                          "module's folder on sys.path (the notebook's folder is)?") from err
+        raise LaunchError(
+            f"Ranks could not import worker {module}.{name}: {err}. Is the module's "
+            "folder on sys.path (the notebook's folder is)?") from err
     if found is not worker:
         raise LaunchError(f"{module}.{name} is not the function passed (the module was "
                           "edited or reloaded): import it again and pass the new one.")
@@ -93,12 +95,14 @@ def _pickle_args(args: tuple) -> bytes:
     """Pickle the worker's arguments now, so a bad one fails before any rank starts."""
     try:
         return pickle.dumps(tuple(args))
-    except Exception as err:  # pickle raises several types (PicklingError, TypeError...)
-        raise LaunchError(f"The worker's args cannot be sent to the ranks ({err}): pass "
-                          "tensors, numbers, strings and containers of them.") from err
+    except Exception as err:  # pickle raises several types (PicklingError, TypeError)
+        raise LaunchError(
+            f"The worker's args cannot be sent to the ranks ({err}): pass tensors, "
+            "numbers, strings and containers of them.") from err
 
 
-# ---------------------------------------------------------------- inside each rank
+# ---------------------------------------------------------------- reading the ranks
+
 def _receive(rank: _spawn.Rank, index: int):
     """Return a rank's (kind, value) message, or raise if it died without one."""
     if rank.results.poll():
@@ -108,11 +112,14 @@ def _receive(rank: _spawn.Rank, index: int):
             pass   # the pipe closed: the rank died while sending
     rank.process.join(1.0)
     code = rank.process.exitcode
-    why = " (killed: out of memory?)" if code == -signal.SIGKILL else ""
+    why = {-signal.SIGKILL: " (killed: out of memory?)",
+           -signal.SIGABRT: " (aborted: NCCL's watchdog aborts a rank whose collective "
+                            "waited past the timeout)"}.get(code, "")
     raise LaunchError(
-        f"Rank {index} exited with code {code}{why} before returning a result; the other "
-        "ranks were stopped. Its own error went to its stderr. Launching from a script? "
-        "Ranks re-import it: guard the launch with `if __name__ == '__main__':`.")
+        f"Rank {index} exited with code {code}{why} before returning a result; the "
+        "other ranks were stopped. Its own error went to its stderr. Launching from a "
+        "script? Ranks re-import it: put the launch under "
+        "`if __name__ == '__main__':`.")
 
 
 def _looks_like_timeout(text: str) -> bool:
@@ -122,25 +129,27 @@ def _looks_like_timeout(text: str) -> bool:
 
 def _rank_error(index: int, text: str, finished: list[int], world_size: int,
                 timeout: float) -> LaunchError:
-    """Turn a rank's traceback into WorkerError, or CollectiveTimeout when it timed out."""
+    """Turn a rank's traceback into WorkerError, or CollectiveTimeout on a timeout."""
     if _looks_like_timeout(text):
         others = [r for r in range(world_size) if r not in finished and r != index]
         return CollectiveTimeout(
             f"Rank {index} waited more than {timeout:g} s in a collective (finished "
             f"ranks: {finished or 'none'}, others still running: {others or 'none'}). "
-            "Every rank must call the same collectives in the same order, on tensors of "
-            f"the same shape. All ranks were stopped. Traceback of rank {index}:\n{text}",
+            "Every rank must call the same collectives in the same order, on tensors "
+            f"of the same shape. All ranks were stopped. Traceback of rank {index}:\n"
+            f"{text}",
             [r for r in range(world_size) if r not in finished])
     last = text.strip().splitlines()[-1]
     hint = ""
     if "__mp_main__" in text or "<module '__main__'" in text:
         hint = (" (something passed to or returned from the worker is defined in the "
                 "notebook: move it into a module too)")
-    return WorkerError(f"Rank {index} raised {last}{hint}. The other ranks were stopped. "
-                       f"Traceback of rank {index}:\n{text}", index, text)
+    return WorkerError(f"Rank {index} raised {last}{hint}. The other ranks were "
+                       f"stopped. Traceback of rank {index}:\n{text}", index, text)
 
 
-def _hang_error(finished: list[int], world_size: int, waited: float) -> CollectiveTimeout:
+def _hang_error(finished: list[int], world_size: int,
+                waited: float) -> CollectiveTimeout:
     """Say which ranks did not finish while others had (the parent's watchdog)."""
     stuck = [r for r in range(world_size) if r not in finished]
     return CollectiveTimeout(
@@ -185,36 +194,43 @@ def run(worker, world_size: int = 2, args: tuple = (), backend: str = "auto",
     _check_positive("timeout", timeout)
     _check_positive("threads_per_rank", threads_per_rank, int)
     payload = _pickle_args(args)
-    setup = hardware.choose(world_size, backend)   # prints the choice, raises if impossible
+    setup = hardware.choose(world_size, backend)   # prints why; raises if impossible
     store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True,
                           wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=timeout))
+    name = f"{worker.__module__}.{worker.__qualname__}"
     spec = _spawn.RankSpec(worker.__module__, worker.__qualname__, payload, setup,
-                           store.port, float(timeout), threads_per_rank, dict(os.environ))
-    print(f"Launching {world_size} rank(s) of {worker.__module__}.{worker.__qualname__}"
-          f" ({setup.backend}, rendezvous on 127.0.0.1:{store.port})")
-    ranks, results = [], None
+                           store.port, float(timeout), threads_per_rank,
+                           dict(os.environ))
+    print(f"Launching {world_size} rank(s) of {name} ({setup.backend}, rendezvous on "
+          f"127.0.0.1:{store.port})")
+    start, ranks, results = time.perf_counter(), [], None
     try:
         for rank in range(world_size):
             ranks.append(_spawn.start_rank(spec, rank))
         results = _collect(ranks, timeout)
     finally:   # also on KeyboardInterrupt: no rank outlives the call
         _spawn.stop(ranks, finished=results is not None)
+    print(f"{world_size} rank(s) of {name} finished in "
+          f"{time.perf_counter() - start:.1f} s")
     return results
 
 
 def warm_up() -> None:
-    """Start the helper that preloads torch now (in the background): the first launch
-    is then quick. ``run`` starts it anyway when needed."""
+    """Start the helper that preloads torch now, in the background (``run`` would).
+
+    Call it in a lab's setup cell: the first launch then finds torch imported.
+    """
     _spawn.start_server()
 
 
 def _env_int(name: str) -> int:
     """Read an integer that torchrun sets, with advice when it is missing."""
     if name not in os.environ:
-        raise LaunchError(f"Environment variable {name} is not set: start this script "
-                          "with torchrun (e.g. `torchrun --nproc-per-node=2 script.py`), "
-                          "or call launch.run(worker, world_size) from a notebook.")
+        raise LaunchError(
+            f"Environment variable {name} is not set: start this script with torchrun "
+            "(e.g. `torchrun --nproc-per-node=2 script.py`), or call "
+            "launch.run(worker, world_size) from a notebook.")
     return int(os.environ[name])
 
 

@@ -7,6 +7,8 @@ is importable because pytest puts tests/ on sys.path, and ranks get the parent's
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -21,10 +23,11 @@ from labkit import launch
 
 
 def rank_and_sum(ctx, offset):
-    total = torch.tensor([float(ctx.rank)])
+    total = torch.tensor([float(ctx.rank)], device=ctx.device)
     dist.all_reduce(total)
-    return {"rank": ctx.rank, "world_size": ctx.world_size, "sum": total.item() + offset,
-            "threads": torch.get_num_threads(), "device": str(ctx.device),
+    return {"rank": ctx.rank, "world_size": ctx.world_size,
+            "sum": total.item() + offset, "threads": torch.get_num_threads(),
+            "device": str(ctx.device),
             "backend": ctx.backend, "initialized": dist.is_initialized()}
 
 
@@ -47,9 +50,10 @@ def sleep_on_rank_one(ctx, seconds):
     return ctx.rank
 
 
-def exit_on_rank_one(ctx):
+def die_on_rank_one(ctx, how):
     if ctx.rank == 1:
-        os._exit(3)
+        {"exit": lambda: os._exit(3), "abort": os.abort,
+         "kill": lambda: os.kill(os.getpid(), signal.SIGKILL)}[how]()
     return ctx.rank
 
 
@@ -63,6 +67,12 @@ def raise_main_lookup(ctx):
 
 def read_environment(ctx, name):
     return os.environ.get(name)
+
+
+def write_pid_then_sleep(ctx, folder):
+    with open(os.path.join(folder, f"rank{ctx.rank}.pid"), "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(600)
 
 
 def helper_not_a_worker(ctx):
@@ -114,7 +124,8 @@ def test_threads_per_rank_is_applied():
 def test_ranks_see_the_parents_environment_now(monkeypatch, server):
     """Do ranks see a variable set after the forkserver started?"""
     monkeypatch.setenv("LABKIT_TEST_VALUE", "set late")
-    assert launch.run(read_environment, 2, args=("LABKIT_TEST_VALUE",)) == ["set late"] * 2
+    results = launch.run(read_environment, 2, args=("LABKIT_TEST_VALUE",))
+    assert results == ["set late"] * 2
 
 
 def test_two_launches_at_once_both_succeed(capsys):
@@ -140,7 +151,7 @@ def test_two_launches_at_once_both_succeed(capsys):
 
 
 def test_rank_that_raises_is_named_with_its_traceback():
-    """Does a worker exception come back as one error naming the rank, traceback kept?"""
+    """Does a worker's exception come back as one error naming rank and traceback?"""
     start = time.monotonic()
     with pytest.raises(launch.WorkerError, match="Rank 1 raised ValueError") as caught:
         launch.run(raise_on_rank_one, world_size=2, timeout=30)
@@ -151,7 +162,7 @@ def test_rank_that_raises_is_named_with_its_traceback():
 
 
 def test_skipped_collective_times_out_and_names_the_rank():
-    """Does a collective that one rank never joins end as CollectiveTimeout, not a hang?"""
+    """Does a collective one rank never joins end as CollectiveTimeout, not a hang?"""
     start = time.monotonic()
     with pytest.raises(launch.CollectiveTimeout, match="Rank 0 waited") as caught:
         launch.run(skip_collective_on_rank_one, world_size=2, timeout=3)
@@ -162,15 +173,21 @@ def test_skipped_collective_times_out_and_names_the_rank():
 
 def test_rank_stuck_outside_collectives_is_ended_by_the_watchdog():
     """Does a rank that never finishes end as CollectiveTimeout naming it?"""
-    with pytest.raises(launch.CollectiveTimeout, match=r"Rank\(s\) \[1\] did not") as caught:
+    stuck = r"Rank\(s\) \[1\] did not"
+    with pytest.raises(launch.CollectiveTimeout, match=stuck) as caught:
         launch.run(sleep_on_rank_one, world_size=2, args=(600,), timeout=2)
     assert caught.value.ranks == [1]
 
 
-def test_rank_that_dies_is_reported_with_its_exit_code():
-    """Does a rank that exits without a result give its exit code?"""
-    with pytest.raises(launch.LaunchError, match="Rank 1 exited with code 3"):
-        launch.run(exit_on_rank_one, world_size=2, timeout=30)
+@pytest.mark.parametrize("how, message", [
+    ("exit", "Rank 1 exited with code 3 before"),
+    ("abort", "code -6 .aborted: NCCL's watchdog"),
+    ("kill", "code -9 .killed: out of memory"),
+])
+def test_rank_that_dies_is_reported_with_its_exit_code(how, message):
+    """Does a rank that dies without a result give its exit code and a likely cause?"""
+    with pytest.raises(launch.LaunchError, match=message):
+        launch.run(die_on_rank_one, world_size=2, args=(how,), timeout=30)
 
 
 def test_unpicklable_result_is_a_worker_error():
@@ -180,7 +197,7 @@ def test_unpicklable_result_is_a_worker_error():
 
 
 def test_notebook_objects_in_args_get_a_hint():
-    """Does a rank failing to find a notebook object get the move-it-to-a-module hint?"""
+    """Does a rank that cannot find a notebook object get the move-it hint?"""
     with pytest.raises(launch.WorkerError, match="defined in the notebook"):
         launch.run(raise_main_lookup, world_size=1)
 
@@ -189,7 +206,7 @@ def test_notebook_objects_in_args_get_a_hint():
 
 
 def test_interrupt_terminates_every_rank(server):
-    """Does KeyboardInterrupt in the parent stop every rank, leaving no process behind?"""
+    """Does KeyboardInterrupt in the parent stop every rank, leaving no process?"""
     before = _descendants()
 
     def interrupt_when_ranks_run():
@@ -203,6 +220,59 @@ def test_interrupt_terminates_every_rank(server):
     assert _descendants() == before   # only the forkserver (and nothing new) remains
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_ranks_exit_when_the_parent_is_killed(tmp_path):
+    """Do ranks exit by themselves when the notebook kernel dies (SIGKILL)?"""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import test_launch; "
+            "from labkit import launch; "
+            "launch.run(test_launch.write_pid_then_sleep, 2, args=(sys.argv[2],))")
+    parent = subprocess.Popen([sys.executable, "-c", code, os.path.dirname(__file__),
+                               str(tmp_path)], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("*.pid"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pids = [int(p.read_text()) for p in tmp_path.glob("*.pid")]
+        assert len(pids) == 2, "the ranks never started"
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in pids)
+
+
+_NOTEBOOK = [
+    "%%writefile my_worker.py\nimport torch.distributed as dist\n"
+    "def worker(ctx):\n    return dist.get_rank()",
+    "from labkit import launch\nfrom my_worker import worker\n"
+    "print('results', launch.run(worker, 2))",
+    "def local(ctx):\n    return 1\ntry:\n    launch.run(local, 2)\n"
+    "except launch.LaunchError as err:\n    print(err)",
+]
+
+
+def test_from_a_real_notebook_kernel(tmp_path):
+    """In a kernel: does a %%writefile worker run, and a cell's function get advice?"""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in _NOTEBOOK]
+    nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    printed = ["".join(out.get("text", "") for out in cell.outputs)
+               for cell in notebook.cells]
+    assert "results [0, 1]" in printed[1]
+    assert "%%writefile my_worker.py" in printed[2] and "'local'" in printed[2]
+
+
 # ---------------------------------------------------------------- pre-flight checks
 
 
@@ -211,7 +281,7 @@ def test_interrupt_terminates_every_rank(server):
     ("mpi", "Unknown backend 'mpi'"),
 ])
 def test_impossible_backend_fails_before_anything_starts(backend, message, server):
-    """Do NCCL without enough GPUs and an unknown backend fail before any rank starts?"""
+    """Do NCCL without enough GPUs, and unknown backends, fail before any rank runs?"""
     before = _descendants()
     world_size = torch.cuda.device_count() + 1
     with pytest.raises(ValueError, match=message):
@@ -315,3 +385,16 @@ def test_init_from_env_joins_a_one_rank_group(monkeypatch):
         if dist.is_initialized():
             dist.destroy_process_group()
         torch.set_num_threads(before)
+
+
+# ---------------------------------------------------------------- GPUs (else skipped)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_nccl_ranks_get_their_own_gpu():
+    """Does each NCCL rank get cuda:<rank>, even after the parent initialised CUDA?"""
+    torch.zeros(1, device="cuda")   # the parent touches CUDA: a fork would now break
+    world_size = torch.cuda.device_count()
+    results = launch.run(rank_and_sum, world_size=world_size, args=(0,), backend="nccl")
+    assert [r["device"] for r in results] == [f"cuda:{i}" for i in range(world_size)]
+    assert all(r["backend"] == "nccl" for r in results)

@@ -15,7 +15,7 @@ BIN = Path(sys.executable).parent
 
 
 def _tool(name: str) -> str:
-    """Return the path of a command from the venv or PATH, or fail saying how to get it."""
+    """Return a command's path (venv first, then PATH), or fail saying how to get it."""
     found = shutil.which(name, path=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     if found is None:
         pytest.fail(f"{name} not found: pip install -r env/requirements.txt")
@@ -58,7 +58,7 @@ def test_single_node_run_trains_and_ranks_agree():
 
 
 def test_slurm_branch_starts_one_torchrun_per_node(tmp_path):
-    """Under Slurm, does srun start torchrun with 2 nodes and the head node's address?"""
+    """Under Slurm, does srun start torchrun on 2 nodes with the head node's address?"""
     fakes = {"scontrol": 'printf "node01\\nnode02\\n"', "srun": 'echo "srun $*"'}
     for name, body in fakes.items():
         (tmp_path / name).write_text(f"#!/usr/bin/env bash\n{body}\n")

@@ -73,7 +73,8 @@ def main(argv=None) -> None:
         print(f"{ctx.world_size} ranks ({ctx.backend}), {per_rank} images per rank "
               f"per step, {args.steps} steps")
     start = time.perf_counter()
-    for step, (images, labels) in zip(range(args.steps), my_batches(split, ctx, per_rank)):
+    batches = my_batches(split, ctx, per_rank)
+    for step, (images, labels) in zip(range(args.steps), batches):
         loss = F.cross_entropy(model(images), labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()   # DDP averages the gradients over all ranks here
