@@ -1,0 +1,204 @@
+"""JupyterLab in a real browser: a lab's first cells and a labkit progress bar as a widget.
+
+Starts JupyterLab from this environment on a free localhost port with a token, opens a
+copy of a lab in headless Chromium (Debian's `chromium`, driven by Playwright with
+`executable_path`; no browser download), runs the cells before its first exercise plus
+one `labkit.train.fit` cell, and checks that tqdm's bar rendered as a real ipywidget
+(class `widget-hprogress`), not its text fallback, and that no error output appeared.
+The screenshot goes to artifacts/browser/ (gitignored).
+
+Chromium: `apt-get install -y chromium` (.ci/run does it when missing).
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = ROOT / "artifacts" / "browser"
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--disable-dev-shm-usage"]
+SETTINGS = {   # JupyterLab user settings, in a temporary settings folder
+    "@jupyterlab/docmanager-extension/plugin": {"autosave": False},
+    "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification": {"fetchNews": "false",
+                                                    "checkForUpdates": False},
+}
+PROGRESS_CELL = """\
+# Added by tests/test_browser.py: labkit's training loop shows a tqdm progress bar.
+import torch
+from labkit import data, models, train
+bar_train = data.DeviceData.mnist(train=True, limit=6_000)
+bar_test = data.DeviceData.mnist(train=False, limit=500)
+bar_model = models.small_cnn()
+bar_optimizer = torch.optim.SGD(bar_model.parameters(), lr=0.05)
+history = train.fit(bar_model, lambda epoch: bar_train.batches(64),
+                    lambda: bar_test.batches(500), epochs=1, optimizer=bar_optimizer,
+                    plot=False)
+"""
+# Records, as the page changes, every widget class that appears in an output area.
+WATCH_WIDGETS = """() => {
+  window.__widgetClasses = new Set();
+  const look = () => document.querySelectorAll('.jp-OutputArea-output .jupyter-widgets')
+      .forEach(el => el.classList.forEach(c => window.__widgetClasses.add(c)));
+  new MutationObserver(look).observe(document.body,
+      {childList: true, subtree: true, attributes: true, attributeFilter: ['class']});
+}"""
+KERNEL_IDLE = """() => {
+  const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const kernel = panel && panel.sessionContext && panel.sessionContext.session
+      && panel.sessionContext.session.kernel;
+  return kernel && kernel.status === 'idle';
+}"""
+RUN_ALL = "() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }"
+ALL_RAN = """() => {
+  const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
+  return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
+}"""
+
+
+def _lab_copy(folder: Path) -> Path:
+    """Copy a lab, keep the cells before its first exercise, append the progress cell."""
+    labs = sorted(ROOT.glob("labs/*.ipynb"))
+    if not labs:
+        pytest.fail("no notebook in labs/: run `labkit build-labs`")
+    source = next((p for p in labs if p.name.startswith("01_")), labs[0])
+    nb = nbformat.read(source, as_version=4)
+    first = next((i for i, c in enumerate(nb.cells) if "raise NotImplementedError" in c.source),
+                 len(nb.cells))
+    nb.cells = nb.cells[:first] + [nbformat.v4.new_code_cell(PROGRESS_CELL)]
+    target = folder / source.name
+    nbformat.write(nb, target)
+    return target
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _settings(folder: Path) -> Path:
+    for plugin, values in SETTINGS.items():
+        path = folder / f"{plugin}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+    return folder
+
+
+def _wait_for_server(url: str, server: subprocess.Popen, seconds: float = 90) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"jupyter lab exited with {server.returncode}: see its log")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"jupyter lab did not answer {url} within {seconds} s")
+
+
+@pytest.fixture
+def lab_server(tmp_path):
+    """JupyterLab on a free localhost port with a token, serving a temporary folder."""
+    port, token = _free_port(), os.urandom(16).hex()
+    course, log = tmp_path / "course", tmp_path / "jupyter.log"
+    course.mkdir()
+    notebook = _lab_copy(course)
+    env = {**os.environ, "LABKIT_QUICK": "1", "LABKIT_OFFLINE": "1",
+           "JUPYTERLAB_SETTINGS_DIR": str(_settings(tmp_path / "settings")),
+           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
+           "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    command = [str(Path(sys.executable).parent / "jupyter-lab"), "--no-browser",
+               "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+               "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+               f"--ServerApp.root_dir={course}", "--LabApp.expose_app_in_browser=True",
+               f"--FileCheckpoints.checkpoint_dir={tmp_path / 'checkpoints'}"]
+    if os.geteuid() == 0:
+        command.append("--ServerApp.allow_root=True")   # CI and containers run as root
+    with open(log, "w") as out:
+        server = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for_server(f"{base}/api/status?token={token}", server)
+        yield {"url": f"{base}/lab/tree/{notebook.name}?token={token}", "log": log}
+    finally:
+        _shutdown(server, f"{base}/api/shutdown", token)
+
+
+def _shutdown(server: subprocess.Popen, url: str, token: str) -> None:
+    """Stop the server (and so its kernels) cleanly, then its process group if needed."""
+    request = urllib.request.Request(url, method="POST",
+                                     headers={"Authorization": f"token {token}"})
+    try:
+        urllib.request.urlopen(request, timeout=5)
+        server.wait(timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+def _screenshot_progress_bar(page) -> None:
+    """Save the bar while it is on screen (fit closes it when done: the watcher decides)."""
+    bar = page.locator(".jp-OutputArea-output .widget-hprogress").first
+    try:
+        bar.wait_for(timeout=30_000)
+        bar.scroll_into_view_if_needed(timeout=2_000)
+        page.screenshot(path=str(ARTIFACTS / "progress.png"), timeout=5_000)
+    except Exception as err:   # noqa: BLE001 (any Playwright error: the bar had gone)
+        print(f"no screenshot of the progress bar: {type(err).__name__}: {err}")
+
+
+def _browser_or_skip():
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: install it with `apt-get install -y chromium` "
+                    "(.ci/run does this in CI)")
+    return pytest.importorskip("playwright.sync_api")
+
+
+def test_lab_runs_in_chromium_with_widget_progress_bar(lab_server):
+    """Does a lab run in JupyterLab in Chromium, with labkit's bar as a real widget?"""
+    playwright_api = _browser_or_skip()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with playwright_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                     args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(lab_server["url"])
+            page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=60_000)
+            page.wait_for_function(KERNEL_IDLE, timeout=60_000)
+            page.evaluate(WATCH_WIDGETS)
+            page.evaluate(RUN_ALL)   # returns at once; ALL_RAN below waits for the cells
+            _screenshot_progress_bar(page)
+            page.wait_for_function(ALL_RAN, timeout=120_000, polling=250)
+            page.wait_for_function(KERNEL_IDLE, timeout=60_000)
+            page.locator(".jp-CodeCell").last.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / "lab.png"))
+            seen = set(page.evaluate("[...window.__widgetClasses]"))
+            outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
+            errors = page.locator(
+                "[data-mime-type='application/vnd.jupyter.error']").all_inner_texts()
+        finally:
+            browser.close()
+    text = "\n".join(outputs)
+    assert not errors, f"error output in the notebook:\n{errors}"
+    for bad in ("Error displaying widget", "IProgress not found", "Traceback"):
+        assert bad not in text, f"{bad!r} in the outputs:\n{text}"
+    assert "widget-hprogress" in seen, f"no progress widget rendered; saw {sorted(seen)}"
+    assert "Mode: QUICK" in text, "the setup cell's labkit.begin() output is missing"
+    assert "images/s on cpu" in text or "images/s on cuda" in text, text
