@@ -204,3 +204,44 @@ def test_data_prepare_fills_a_fresh_folder_then_only_reads(mnist_root):
     assert used.returncode == 0, used.stderr
     assert used.stdout.split() == ["100", str(mnist_root)]
     assert snapshot() == before, "reading the baked data must not write to it"
+
+
+def _tljh(namespace: dict) -> dict:
+    code = (ROOT / "env" / "jupyterhub" / "tljh_course.py").read_text()
+    exec(compile(code, "tljh_course.py", "exec"), namespace)
+    return namespace
+
+
+def test_tljh_gives_each_user_stable_gpus():
+    """Does the TLJH hook set CUDA_VISIBLE_DEVICES per user, the same on every spawn?"""
+    from types import SimpleNamespace
+
+    from traitlets.config import Config
+
+    config = Config()
+    tljh = _tljh({"get_config": lambda: config})
+    assert tljh["gpus_for"]("alice", [0, 1, 2, 3], 2) == tljh["gpus_for"]("alice", [0, 1, 2, 3], 2)
+    assert len(set(tljh["gpus_for"]("bob", [0, 1, 2, 3], 2))) == 2
+    assert tljh["gpus_for"]("carol", [], 1) == []
+    assert tljh["gpus_for"]("dan", [0, 1], 1, {"dan": [1]}) == [1]
+    spawner = SimpleNamespace(user=SimpleNamespace(name="alice"), environment={},
+                              log=SimpleNamespace(info=lambda *args: None))
+    config.Spawner.pre_spawn_hook(spawner)
+    visible = spawner.environment["CUDA_VISIBLE_DEVICES"]
+    assert visible == ",".join(map(str, tljh["gpus_for"]("alice")))
+    assert config.Spawner.default_url == "/lab/tree/course/labs"
+
+
+def test_z2jh_profiles_ask_for_gpus_shm_and_culling():
+    """Do the z2jh values request nvidia.com/gpu, mount a RAM /dev/shm and cull idle servers?"""
+    values = yaml.safe_load((ROOT / "env" / "jupyterhub" / "z2jh-values.yaml").read_text())
+    single = values["singleuser"]
+    gpus = [p["kubespawner_override"]["extra_resource_limits"]["nvidia.com/gpu"]
+            for p in single["profileList"] if "kubespawner_override" in p]
+    assert gpus == ["1", "2"]
+    shm = single["storage"]["extraVolumes"][0]
+    assert shm["emptyDir"]["medium"] == "Memory"
+    assert single["storage"]["extraVolumeMounts"][0] == {"name": shm["name"],
+                                                         "mountPath": "/dev/shm"}
+    assert values["cull"]["enabled"] and values["cull"]["timeout"] <= 3600
+    assert single["image"]["tag"] != "latest"
