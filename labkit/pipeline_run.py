@@ -104,6 +104,22 @@ def run_in_order(stages, inputs, targets, num_microbatches: int, name: str = "gp
     return sum(workers[-1].losses.values()) / num_microbatches
 
 
+class _Stopped(Exception):
+    """Another rank failed: stop waiting for a message that will never come."""
+
+
+def _receive(box: queue.Queue, errors: list, timeout_s: float = 60.0):
+    """Wait for the next message, giving up when another rank has failed."""
+    deadline = time.perf_counter() + timeout_s
+    while time.perf_counter() < deadline:
+        try:
+            return box.get(timeout=0.05)
+        except queue.Empty:
+            if errors:
+                raise _Stopped() from None
+    raise TimeoutError(f"no message after {timeout_s:.0f} s: the pipeline is stuck")
+
+
 def _thread_main(worker, order, boxes, rank, cost_s, recorder, errors):
     """Walk one rank's order: receive (idle), then compute and wait ``cost_s``, send."""
     try:
@@ -111,7 +127,7 @@ def _thread_main(worker, order, boxes, rank, cost_s, recorder, errors):
             kind, stage, mb = action.kind, action.stage, action.microbatch
             first, last = stage == 0, stage == worker.last_stage
             needs_input = not first if kind == "F" else not last
-            received = boxes[(kind, stage)].get(timeout=60) if needs_input else None
+            received = _receive(boxes[(kind, stage)], errors) if needs_input else None
             with recorder.record(kind, mb, row=rank):
                 if kind == "F":
                     sent, target = worker.forward(action, received), ("F", stage + 1)
@@ -120,6 +136,8 @@ def _thread_main(worker, order, boxes, rank, cost_s, recorder, errors):
                 time.sleep(cost_s)   # the stage's fixed cost, spent waiting (GIL free)
             if sent is not None:
                 boxes[target].put(sent)
+    except _Stopped:
+        pass
     except Exception as err:   # surfaced by run_on_threads, naming the rank
         errors.append((rank, err))
 

@@ -19,20 +19,21 @@ def min_devices(fn) -> None:
     name = "min_devices"
     for num_params, gib, width in [(1_000_000, 80, 4), (7_000_000_000, 80, 4),
                                    (70_000_000_000, 141, 2), (5 * 2**30, 80, 4)]:
-        want = math.ceil(estimate.training_memory_bytes(num_params, width) / (gib * 2**30))
+        need = estimate.training_memory_bytes(num_params, width)
+        want = math.ceil(need / (gib * 2**30))
         got = attempt(name, fn, num_params, gib, width)
         hint = ""
-        if isinstance(got, (int, float)) and got == math.ceil(
-                estimate.training_memory_bytes(num_params, width) / (gib * 1e9)):
+        if isinstance(got, (int, float)) and got == math.ceil(need / (gib * 1e9)):
             hint = "A GiB is 2**30 bytes, not 1e9."
         elif isinstance(got, (int, float)) and got < want:
             hint = ("Training holds weights, gradients and Adam's two states: "
                     "estimate.training_memory_bytes, not just the weights.")
         elif isinstance(got, float):
-            hint = "Round up to a whole number of devices (math.ceil) and return an int."
+            hint = "Round up to whole devices (math.ceil) and return an int."
         if got != want or not isinstance(got, int):
-            raise ExerciseFailed(f"{name}: {num_params:,} parameters, {gib} GiB devices, "
-                                 f"{width} B/value: expected {want}, got {got!r}. {hint}")
+            raise ExerciseFailed(f"{name}: {num_params:,} parameters, {gib} GiB "
+                                 f"devices, {width} B/value: expected {want}, got "
+                                 f"{got!r}. {hint}")
     passed(name, "Weights alone would fit; weights + gradients + Adam do not.")
 
 
@@ -43,7 +44,8 @@ def split_in_two(fn) -> None:
         model = models.deep_mlp(num_layers, width=32)
         halves = attempt(name, fn, model)
         if not (isinstance(halves, (tuple, list)) and len(halves) == 2):
-            raise ExerciseFailed(f"{name}: return a pair (first, second), got {halves!r}.")
+            raise ExerciseFailed(f"{name}: return a pair (first, second), got "
+                                 f"{halves!r}.")
         first, second = halves
         x = torch.randn(3, 1, 28, 28)
         if not torch.allclose(second(first(x)), model(x)):
@@ -51,13 +53,14 @@ def split_in_two(fn) -> None:
                                  f"deep_mlp({num_layers}): keep every layer, in order.")
         ours = {id(p) for p in model.parameters()}
         if any(id(p) not in ours for h in halves for p in h.parameters()):
-            raise ExerciseFailed(f"{name}: the halves hold copies of the weights; slice "
-                                 "the model (model[:cut]) so they share its parameters.")
+            raise ExerciseFailed(f"{name}: the halves hold copies of the weights; "
+                                 "slice the model (model[:cut]) so they share its "
+                                 "parameters.")
         counts = [sum(isinstance(m, nn.Linear) for m in h) for h in halves]
-        if abs(counts[0] - counts[1]) > 0:
-            raise ExerciseFailed(f"{name}: deep_mlp({num_layers}) cut into {counts[0]} + "
-                                 f"{counts[1]} Linear layers: cut at the middle Linear "
-                                 "so each device gets the same work.")
+        if counts[0] != counts[1]:
+            raise ExerciseFailed(f"{name}: deep_mlp({num_layers}) cut into "
+                                 f"{counts[0]} + {counts[1]} Linear layers: cut at the "
+                                 "middle Linear so each device gets the same work.")
     passed(name, "Slicing keeps parameter names (`9.weight`): state dicts still match.")
 
 

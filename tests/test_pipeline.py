@@ -1,0 +1,272 @@
+"""Tests for labkit.pipeline, pipeline_run and mp: schedules, bubble, gradients."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from labkit import checks, launch, models, mp, pipeline, pipeline_run, timeline
+
+CASES = [("gpipe", p, m, 1) for p in (2, 3, 4) for m in (1, 2, 4, 8)] + \
+        [("1f1b", p, m, 1) for p in (2, 3, 4) for m in (1, 2, 4, 8)] + \
+        [("interleaved_1f1b", p, m, v) for p in (2, 4) for m in (4, 8) for v in (2, 3)]
+
+
+@pytest.mark.parametrize("name, p, m, v", CASES)
+def test_table_bubble_equals_formula(name, p, m, v):
+    """Does every schedule table idle exactly (p-1)/(v*m+p-1) of its slots?"""
+    table = pipeline.schedule(name, p, m, v)
+    assert len(table) == p
+    want = pipeline.bubble_theory(p, m, v)
+    assert pipeline.bubble_fraction(table) == pytest.approx(want)
+    done = [a for row in table for a in row if a is not None]
+    assert len(done) == len(set(done)) == 2 * m * v * p
+
+
+def test_theory_values():
+    """Do the two bubble formulas give the textbook numbers?"""
+    assert pipeline.bubble_theory(4, 8) == pytest.approx(3 / 11)
+    assert pipeline.bubble_overhead(4, 8) == pytest.approx(3 / 8)
+    assert pipeline.bubble_overhead(4, 8, 2) == pytest.approx(3 / 16)
+    assert pipeline.bubble_theory(1, 5) == 0
+
+
+def test_peak_activations_gpipe_m_1f1b_at_most_p():
+    """Does GPipe hold m micro-batches per rank and 1F1B p - rank?"""
+    assert pipeline.peak_activations(pipeline.schedule("gpipe", 4, 8)) == [8] * 4
+    assert pipeline.peak_activations(pipeline.schedule("1f1b", 4, 8)) == [4, 3, 2, 1]
+    assert pipeline.peak_activations(pipeline.schedule("1f1b", 4, 2)) == [2, 2, 2, 1]
+
+
+def test_text_grid_of_1f1b():
+    """Does as_text print one line per step with F/B/. per rank?"""
+    text = timeline.as_text(pipeline.schedule("1f1b", 2, 2))
+    rows = [line.split() for line in text.splitlines()[1:]]
+    assert rows == [["0", "F0", "."], ["1", "F1", "F0"], ["2", ".", "B0"],
+                    ["3", "B0", "F1"], ["4", ".", "B1"], ["5", "B1", "."]]
+
+
+def test_text_grid_names_stages_when_interleaved():
+    """Does as_text prefix the stage when ranks hold several chunks?"""
+    assert "2F0" in timeline.as_text(pipeline.schedule("interleaved_1f1b", 2, 2, 2))
+
+
+@pytest.mark.parametrize("args, message", [
+    (("zigzag", 2, 4), "choose one of gpipe, 1f1b, interleaved_1f1b"),
+    (("gpipe", 0, 4), "num_stages must be a positive integer"),
+    (("1f1b", 2, 2.0), "num_microbatches must be a positive integer"),
+    (("gpipe", 2, True), "num_microbatches must be a positive integer"),
+    (("gpipe", 2, 4, 2), "needs schedule 'interleaved_1f1b'"),
+    (("interleaved_1f1b", 4, 6, 2), "multiple of num_stages"),
+])
+def test_bad_schedule_requests(args, message):
+    """Do unknown names and bad counts fail with a message saying what to pass?"""
+    with pytest.raises(ValueError, match=message):
+        pipeline.schedule(*args)
+
+
+def test_deadlocked_orders_are_reported():
+    """Does an order that waits on itself raise instead of looping forever?"""
+    orders = [[pipeline.Action("B", 0, 0), pipeline.Action("F", 0, 0)]]
+    with pytest.raises(RuntimeError, match="deadlocks at step 0"):
+        pipeline._simulate(orders, last_stage=0)
+
+
+@pytest.mark.parametrize("batch, m, p, message", [
+    (64, 5, 1, r"64 % 5 = 4"), (64, 2, 4, "2 micro-batch\\(es\\) for 4 stages")])
+def test_bad_microbatches(batch, m, p, message):
+    """Are a non-divisible batch and fewer micro-batches than stages clear errors?"""
+    with pytest.raises(ValueError, match=message):
+        pipeline.check_microbatches(batch, m, p)
+    assert pipeline.check_microbatches(64, 8, 4) == 8
+
+
+def test_split_microbatches_checks_lengths():
+    """Do inputs and targets of different lengths fail before splitting?"""
+    with pytest.raises(ValueError, match="inputs hold 4 samples but targets 3"):
+        pipeline.split_microbatches(torch.zeros(4, 2), torch.zeros(3), 2)
+
+
+def test_bubble_fraction_needs_events():
+    """Does an empty timeline fail clearly?"""
+    with pytest.raises(ValueError, match="at least one event"):
+        pipeline.bubble_fraction([])
+
+
+def test_split_stages_balances_weighted_layers():
+    """Does split_stages give each stage the same number of Linear layers?"""
+    stages = pipeline_run.split_stages(models.deep_mlp(8, 16), 4)
+    assert [sum(isinstance(m, torch.nn.Linear) for m in s) for s in stages] == [2] * 4
+    with pytest.raises(ValueError, match="use 1 to 8 stages"):
+        pipeline_run.split_stages(models.deep_mlp(8, 16), 9)
+
+
+def _problem():
+    torch.manual_seed(0)
+    model = models.deep_mlp(8, 32)
+    inputs, targets = torch.randn(16, 1, 28, 28), torch.randint(0, 10, (16,))
+    full = copy.deepcopy(model)
+    loss = F.cross_entropy(full(inputs), targets)
+    loss.backward()
+    return model, inputs, targets, full, loss.item()
+
+
+def _grad_gap(model, full) -> float:
+    return max((p.grad - q.grad).abs().max().item()
+               for p, q in zip(model.parameters(), full.parameters()))
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p, m", [(2, 1), (2, 4), (4, 4), (4, 8)])
+def test_in_order_gradients_equal_full_batch(name, p, m):
+    """Does each schedule, run in one process, leave the full batch's gradients?"""
+    model, inputs, targets, full, want = _problem()
+    loss = pipeline_run.run_in_order(pipeline_run.split_stages(model, p), inputs,
+                                     targets, m, name)
+    assert loss == pytest.approx(want, rel=1e-5)
+    assert _grad_gap(model, full) < 1e-6
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+def test_threads_gradients_and_bubble(name):
+    """On threads with a known stage cost: full-batch gradients, bubble near theory?"""
+    model, inputs, targets, full, want = _problem()
+    stages = pipeline_run.split_stages(model, 4)
+    loss, events = pipeline_run.run_on_threads(stages, inputs, targets, 4, name, 0.01)
+    assert loss == pytest.approx(want, rel=1e-5)
+    assert _grad_gap(model, full) < 1e-6
+    assert len(events) == 2 * 4 * 4
+    assert abs(pipeline.bubble_fraction(events) - pipeline.bubble_theory(4, 4)) < 0.10
+
+
+def test_thread_failure_names_the_rank():
+    """Does an error inside a stage thread come back naming its rank?"""
+    model, inputs, targets, _, _ = _problem()
+
+    def broken_loss(out, y):
+        raise ArithmeticError("boom")
+
+    with pytest.raises(RuntimeError, match="pipeline rank 1 failed: ArithmeticError"):
+        pipeline_run.run_on_threads(pipeline_run.split_stages(model, 2), inputs,
+                                    targets, 2, "gpipe", 0.0, loss_fn=broken_loss)
+
+
+def test_bench_prints_headline_last(capsys):
+    """Does the bubble benchmark end with its headline line?"""
+    worst = pipeline_run.bubble_benchmark(cost_s=0.005, repeats=1)
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == f"pipeline bubble max deviation: {worst:.1f} points"
+
+
+def test_explorer_redraws_and_reports_bad_choices(capsys):
+    """Does the widget build, redraw on change, and print invalid combinations?"""
+    import matplotlib.pyplot as plt
+
+    box = pipeline_run.explorer()
+    name = box.children[0].children[0]
+    micro = box.children[1].children[0]
+    name.value, micro.value = "interleaved_1f1b", 6   # 6 is not a multiple of 4 stages
+    printed = capsys.readouterr().out   # outside a kernel, Output() lets prints through
+    assert "bubble: 15.8%" in printed and "multiple of num_stages (4)" in printed
+    plt.close("all")
+
+
+def test_max_difference_names_mismatch():
+    """Does comparing different parameter sets name what is missing?"""
+    with pytest.raises(ValueError, match=r"missing \['b'\]"):
+        mp.max_difference({"a": torch.zeros(1), "b": torch.zeros(1)},
+                          {"a": torch.zeros(1)})
+
+
+SMALL = dict(mp.CONFIG, num_layers=4, width=32, batch=16, steps=2, requests=3,
+             num_microbatches=2, microbatch_counts=(1, 2, 4))
+
+
+def test_model_parallel_on_two_ranks():
+    """Split over 2 ranks: same logits and gradients as the whole model, no overlap?"""
+    ranks = launch.run(mp.model_parallel, world_size=2, args=(SMALL,), timeout=60)
+    whole = mp.reference(SMALL)
+    grads = {**ranks[0]["grads"], **ranks[1]["grads"]}
+    assert mp.max_difference(whole["grads"], grads) < 1e-6
+    assert torch.allclose(whole["logits"], ranks[1]["logits"], atol=1e-6)
+    events = ranks[0]["events"] + ranks[1]["events"]
+    assert len(events) == 2 * 2 * SMALL["steps"]
+    assert timeline.busy_overlap(events) == 0.0
+    assert len(ranks[0]["latency_ms"]) == SMALL["requests"]
+    assert not ranks[1]["latency_ms"]
+
+
+def test_pipeline_parallel_on_two_ranks():
+    """GPipe/1F1B from scratch and torch.distributed.pipelining: full-batch grads?"""
+    ranks = launch.run(mp.pipeline_parallel, world_size=2, args=(SMALL,), timeout=90)
+    whole = mp.reference(SMALL)
+    for name in ("gpipe", "1f1b"):
+        for m in SMALL["microbatch_counts"]:
+            runs = [r["scratch"][name][m] for r in ranks]
+            grads = {k: v for run in runs for k, v in run["grads"].items()}
+            assert mp.max_difference(whole["grads"], grads) < 1e-6, (name, m)
+    assert [r["scratch"]["gpipe"][4]["peak_held"] for r in ranks] == [4, 4]
+    assert [r["scratch"]["1f1b"][4]["peak_held"] for r in ranks] == [2, 1]
+    for key, result in ranks[0]["torch"].items():
+        grads = {**result["grads"], **ranks[1]["torch"][key]["grads"]}
+        assert mp.max_difference(whole["grads"], grads) < 1e-6, key
+        assert ranks[1]["torch"][key]["loss"] == pytest.approx(whole["loss"], rel=1e-5)
+
+
+def test_checks_give_specific_hints():
+    """Do the pipeline checks recognise the classic mistakes?"""
+    cases = [
+        (checks.bubble_formula, lambda p, m: (p - 1) / m, "ideal time"),
+        (checks.min_devices, lambda n, gib, b=4: -(-n * b * 4 // int(gib * 1e9)),
+         "2\\*\\*30"),
+        (checks.min_devices, lambda n, gib, b=4: -(-n * b // (gib * 2**30)), "Adam"),
+        (checks.split_microbatches,
+         lambda x, y, m, p: list(zip(x.chunk(m), y.chunk(m))), "must raise ValueError"),
+        (checks.split_in_two,
+         lambda model: (copy.deepcopy(model[:3]), copy.deepcopy(model[3:])),
+         "copies|Linear"),
+        (checks.gpipe_table, lambda p, m: [[None]], "wrong table"),
+        (checks.overlap_seconds, lambda events: 0.0, "Sort the start and end"),
+    ]
+    for check, attempt, hint in cases:
+        with pytest.raises(checks.ExerciseFailed, match=hint):
+            check(attempt)
+
+
+def test_gpipe_step_hint_for_missing_division():
+    """Does gpipe_step spot micro-batch losses that were not divided by m?"""
+    def unscaled(stages, inputs, targets, m):
+        total = 0.0
+        for x, y in zip(inputs.chunk(m), targets.chunk(m)):
+            for stage in stages:
+                x = stage(x)
+            loss = F.cross_entropy(x, y)
+            loss.backward()
+            total += loss.item() / m
+        return total
+
+    with pytest.raises(checks.ExerciseFailed, match="divide each micro-batch loss"):
+        checks.gpipe_step(unscaled)
+
+
+def test_thread_receive_times_out():
+    """Does a stage waiting for a message that never comes give up, saying so?"""
+    import queue
+
+    with pytest.raises(TimeoutError, match="the pipeline is stuck"):
+        pipeline_run._receive(queue.Queue(), [], timeout_s=0.1)
+
+
+def test_checks_reject_wrong_shapes_of_answers():
+    """Do the checks explain answers of the wrong type or shape?"""
+    with pytest.raises(checks.ExerciseFailed, match="return a pair"):
+        checks.split_in_two(lambda model: model)
+    with pytest.raises(checks.ExerciseFailed, match="math.ceil"):
+        checks.min_devices(lambda n, gib, b=4: n * b * 4 / (gib * 2**30) + 5.0)
+    with pytest.raises(checks.ExerciseFailed, match="say the numbers"):
+        def vague(x, y, m, p):
+            if len(x) % m or m < p:
+                raise ValueError("bad sizes")
+            return list(zip(x.chunk(m), y.chunk(m)))
+        checks.split_microbatches(vague)

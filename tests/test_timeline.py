@@ -1,0 +1,86 @@
+"""Tests for labkit.timeline: recording real runs, tables as events, charts, overlap."""
+
+import time
+
+import matplotlib
+import pytest
+import torch
+
+from labkit import pipeline, timeline
+
+matplotlib.use("agg")
+
+
+def test_recorder_stamps_wall_clock_on_cpu():
+    """Does the CPU recorder time each block, in order, on its row?"""
+    recorder = timeline.Recorder(row=3)
+    with recorder.record("F", 0):
+        time.sleep(0.01)
+    with recorder.record("B", 0, row=5):
+        pass
+    forward, backward = recorder.events()
+    assert (forward.row, forward.kind, forward.microbatch) == (3, "F", 0)
+    assert forward.seconds >= 0.009 and backward.row == 5
+    assert forward.end <= backward.start
+
+
+def test_recorder_rejects_unknown_kind():
+    """Does a kind other than F or B fail with the valid choices?"""
+    with pytest.raises(ValueError, match="'F' \\(forward\\) or 'B' \\(backward\\)"):
+        with timeline.Recorder().record("W", 0):
+            pass
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_recorder_uses_cuda_events_on_gpu():
+    """On a GPU, are events timed by CUDA events and converted to seconds?"""
+    recorder = timeline.Recorder(0, "cuda")
+    x = torch.randn(2048, 2048, device="cuda")
+    with recorder.record("F", 0):
+        for _ in range(10):
+            x = x @ x / 2048
+    (event,) = recorder.events()
+    assert event.seconds > 0
+
+
+def test_table_becomes_unit_step_events():
+    """Does from_table place each action on its step, with the given lengths?"""
+    table = pipeline.schedule("gpipe", 2, 2)
+    events = timeline.from_table(table)
+    assert len(events) == 8
+    assert min(e.start for e in events) == 0 and max(e.end for e in events) == 6
+    slow = timeline.from_table(table, forward=1.0, backward=2.0)
+    assert max(e.end for e in slow) == 3 * 1.0 + 3 * 2.0
+    want = pipeline.bubble_theory(2, 2)
+    assert pipeline.bubble_fraction(events) == pytest.approx(want)
+
+
+def test_draw_table_and_events():
+    """Does draw give one labelled row per stage, for a table and for events?"""
+    ax = timeline.draw(pipeline.schedule("1f1b", 3, 4), title="t")
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["stage 0", "stage 1", "stage 2"]
+    assert ax.get_xlabel() == "time step"
+    events = [timeline.Event(0, "F", 0, 10.0, 10.001),
+              timeline.Event(1, "B", 0, 10.002, 10.004)]
+    ax = timeline.draw(events, row_label="rank")
+    assert ax.get_xlabel() == "time (ms)" and ax.get_xlim()[1] == pytest.approx(4.0)
+    matplotlib.pyplot.close("all")
+
+
+def test_draw_and_text_reject_bad_input():
+    """Do empty timelines and non-tables fail clearly?"""
+    with pytest.raises(ValueError, match="no events"):
+        timeline.draw([])
+    with pytest.raises(ValueError, match="rank x step table"):
+        timeline.as_text([timeline.Event(0, "F", 0, 0.0, 1.0)])
+
+
+def test_busy_overlap():
+    """Is overlap counted only while two or more rows are busy?"""
+    def ev(row, start, end):
+        return timeline.Event(row, "F", 0, start, end)
+
+    assert timeline.busy_overlap([ev(0, 0, 1), ev(1, 1, 2)]) == 0
+    assert timeline.busy_overlap([ev(0, 0, 2), ev(1, 1, 3)]) == 1
+    assert timeline.busy_overlap([ev(0, 0, 4), ev(1, 1, 2), ev(2, 1.5, 3)]) == 2
