@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from labkit import pipeline, timeline
+from labkit import hardware, pipeline, timeline
 
 __all__ = ["split_stages", "StageRunner", "run_in_order", "run_on_threads",
            "explorer", "bubble_benchmark"]
@@ -188,10 +188,10 @@ def bubble_benchmark(cost_s: float = 0.04, repeats: int = 3) -> float:
 
     Prints one line per case and, last, the worst gap to (p-1)/(m+p-1) in points.
     """
-    print(f"GPipe from scratch, one thread per stage; every forward and backward costs "
-          f"{cost_s * 1e3:.0f} ms of waiting (time.sleep, GIL released), so stages "
-          f"overlap even on {torch.get_num_threads()} thread(s)/2 cores. Median of "
-          f"{repeats} runs.")
+    print(f"GPipe from scratch, one thread per stage (16x16 Linear stages, real "
+          f"forward and backward); each action also waits {cost_s * 1e3:.0f} ms "
+          f"(time.sleep, GIL released): equal, known stage costs that overlap even on "
+          f"{hardware.cpu_count()} CPU core(s). Median of {repeats} runs.")
     torch.set_num_threads(1)
     _measured_bubble(2, 2, cost_s / 4, 1)   # warm-up: first calls allocate
     worst = 0.0
