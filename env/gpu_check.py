@@ -40,7 +40,8 @@ class Result:
 def needs(path: Path) -> dict:
     """Return the notebook's metadata.labkit with defaults filled in."""
     meta = json.loads(path.read_text()).get("metadata", {}).get("labkit", {})
-    return {"min_gpus": int(meta.get("min_gpus", 0)), "cpu_ok": bool(meta.get("cpu_ok", True)),
+    return {"min_gpus": int(meta.get("min_gpus", 0)),
+            "cpu_ok": bool(meta.get("cpu_ok", True)),
             "world_size": int(meta.get("world_size", 1))}
 
 
@@ -64,8 +65,8 @@ def backend_for(world_size: int) -> str:
 def nbval_command(path: Path, cell_timeout: int) -> list:
     """Return the pytest command that runs one notebook like `make test` does."""
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               "--nbval-lax", "--nbval-current-env", f"--nbval-cell-timeout={cell_timeout}",
-               str(path)]
+               "--nbval-lax", "--nbval-current-env",
+               f"--nbval-cell-timeout={cell_timeout}", str(path)]
     if SANITIZE.exists():
         command[-1:-1] = ["--nbval-sanitize-with", str(SANITIZE)]
     return command
@@ -86,8 +87,8 @@ def run_one(path: Path, found: int, cell_timeout: int) -> Result:
     if done.returncode != 0:
         sys.stderr.write(f"\n===== {path.name} failed =====\n{done.stdout[-6000:]}"
                          f"{done.stderr[-2000:]}\n")
-    return Result(path.name, "pass" if done.returncode == 0 else "fail", seconds, backend,
-                  lines[-1])
+    status = "pass" if done.returncode == 0 else "fail"
+    return Result(path.name, status, seconds, backend, lines[-1])
 
 
 def table(results: list) -> str:
@@ -107,7 +108,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("notebooks", nargs="*", type=Path,
                         default=sorted((ROOT / "solutions").glob("*.ipynb")))
-    parser.add_argument("--cell-timeout", type=int, default=600, help="seconds per cell")
+    parser.add_argument("--cell-timeout", type=int, default=600,
+                        help="seconds per cell")
     args = parser.parse_args(argv)
     os.environ.setdefault("LABKIT_QUICK", "1")
     os.environ.setdefault("LABKIT_OFFLINE", "1")
@@ -116,7 +118,8 @@ def main(argv=None) -> int:
     found = torch.cuda.device_count()
     names = ", ".join(torch.cuda.get_device_name(i) for i in range(found)) or "none"
     print(f"PyTorch {torch.__version__} (CUDA {torch.version.cuda or 'none'}); "
-          f"{found} GPU(s): {names}; quick mode: {os.environ['LABKIT_QUICK']}", flush=True)
+          f"{found} GPU(s): {names}; quick mode: {os.environ['LABKIT_QUICK']}",
+          flush=True)
     results = []
     for path in args.notebooks:
         print(f"running {path.name} ...", flush=True)

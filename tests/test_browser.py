@@ -1,4 +1,4 @@
-"""JupyterLab in a real browser: a lab's first cells and a labkit progress bar as a widget.
+"""JupyterLab in a real browser: a lab's first cells, labkit's progress bar as a widget.
 
 Starts JupyterLab from this environment on a free localhost port with a token, opens a
 copy of a lab in headless Chromium (Debian's `chromium`, driven by Playwright with
@@ -70,14 +70,15 @@ ALL_RAN = """() => {
 
 
 def _lab_copy(folder: Path) -> Path:
-    """Copy a lab, keep the cells before its first exercise, append the progress cell."""
+    """Copy a lab: the cells before its first exercise, then the progress cell."""
     labs = sorted(ROOT.glob("labs/*.ipynb"))
     if not labs:
         pytest.fail("no notebook in labs/: run `labkit build-labs`")
     source = next((p for p in labs if p.name.startswith("01_")), labs[0])
     nb = nbformat.read(source, as_version=4)
-    first = next((i for i, c in enumerate(nb.cells) if "raise NotImplementedError" in c.source),
-                 len(nb.cells))
+    stubs = [i for i, cell in enumerate(nb.cells)
+             if "raise NotImplementedError" in cell.source]
+    first = stubs[0] if stubs else len(nb.cells)
     nb.cells = nb.cells[:first] + [nbformat.v4.new_code_cell(PROGRESS_CELL)]
     target = folder / source.name
     nbformat.write(nb, target)
@@ -130,8 +131,8 @@ def lab_server(tmp_path):
     if os.geteuid() == 0:
         command.append("--ServerApp.allow_root=True")   # CI and containers run as root
     with open(log, "w") as out:
-        server = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
+        server = subprocess.Popen(command, env=env, stdout=out,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_for_server(f"{base}/api/status?token={token}", server)
@@ -141,7 +142,7 @@ def lab_server(tmp_path):
 
 
 def _shutdown(server: subprocess.Popen, url: str, token: str) -> None:
-    """Stop the server (and so its kernels) cleanly, then its process group if needed."""
+    """Stop the server (and so its kernels) cleanly, else kill its process group."""
     request = urllib.request.Request(url, method="POST",
                                      headers={"Authorization": f"token {token}"})
     try:
@@ -153,7 +154,7 @@ def _shutdown(server: subprocess.Popen, url: str, token: str) -> None:
 
 
 def _screenshot_progress_bar(page) -> None:
-    """Save the bar while it is on screen (fit closes it when done: the watcher decides)."""
+    """Save the bar while on screen (fit closes it when done; the watcher decides)."""
     bar = page.locator(".jp-OutputArea-output .widget-hprogress").first
     try:
         bar.wait_for(timeout=30_000)
@@ -165,8 +166,8 @@ def _screenshot_progress_bar(page) -> None:
 
 def _browser_or_skip():
     if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: install it with `apt-get install -y chromium` "
-                    "(.ci/run does this in CI)")
+        pytest.skip(f"{CHROMIUM} is missing: install it with "
+                    "`apt-get install -y chromium` (.ci/run does this in CI)")
     return pytest.importorskip("playwright.sync_api")
 
 
@@ -183,7 +184,7 @@ def test_lab_runs_in_chromium_with_widget_progress_bar(lab_server):
             page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=60_000)
             page.wait_for_function(KERNEL_IDLE, timeout=60_000)
             page.evaluate(WATCH_WIDGETS)
-            page.evaluate(RUN_ALL)   # returns at once; ALL_RAN below waits for the cells
+            page.evaluate(RUN_ALL)   # returns at once; ALL_RAN waits for the cells
             _screenshot_progress_bar(page)
             page.wait_for_function(ALL_RAN, timeout=120_000, polling=250)
             page.wait_for_function(KERNEL_IDLE, timeout=60_000)
@@ -199,6 +200,6 @@ def test_lab_runs_in_chromium_with_widget_progress_bar(lab_server):
     assert not errors, f"error output in the notebook:\n{errors}"
     for bad in ("Error displaying widget", "IProgress not found", "Traceback"):
         assert bad not in text, f"{bad!r} in the outputs:\n{text}"
-    assert "widget-hprogress" in seen, f"no progress widget rendered; saw {sorted(seen)}"
+    assert "widget-hprogress" in seen, f"no progress widget; saw {sorted(seen)}"
     assert "Mode: QUICK" in text, "the setup cell's labkit.begin() output is missing"
     assert "images/s on cpu" in text or "images/s on cuda" in text, text

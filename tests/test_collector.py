@@ -1,4 +1,4 @@
-"""Tests for notebook hardware metadata: the nbval collector hook and env/gpu_check.py."""
+"""Tests for notebook hardware metadata: the nbval collector and env/gpu_check.py."""
 
 import importlib.util
 import shutil
@@ -25,7 +25,8 @@ def _notebook(path: Path, source: str, **labkit) -> Path:
 
 
 def _gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "env" / "gpu_check.py")
+    path = ROOT / "env" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -38,14 +39,15 @@ def notebooks(tmp_path) -> Path:
     boom = "raise RuntimeError('this cell must have been skipped')"
     _notebook(tmp_path / "needs_more.ipynb", boom, min_gpus=FOUND + 1, cpu_ok=True,
               world_size=FOUND + 1)
-    _notebook(tmp_path / "fits.ipynb", "print('ran')", min_gpus=0, cpu_ok=True, world_size=1)
+    _notebook(tmp_path / "fits.ipynb", "print('ran')", min_gpus=0, cpu_ok=True,
+              world_size=1)
     _notebook(tmp_path / "gpu_only.ipynb", "print('ran on a GPU')" if FOUND else boom,
               min_gpus=0, cpu_ok=False, world_size=1)
     return tmp_path
 
 
 def test_collector_skips_notebooks_needing_more_gpus(notebooks):
-    """Are cells of a notebook asking for more GPUs skipped with the numbers, others run?"""
+    """Are a notebook's cells skipped, with the numbers, when it needs more GPUs?"""
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-rs", "-p", "no:cacheprovider", "--nbval-lax",
          "--nbval-current-env", "needs_more.ipynb", "fits.ipynb", "gpu_only.ipynb"],
@@ -59,19 +61,20 @@ def test_collector_skips_notebooks_needing_more_gpus(notebooks):
         assert "gpu_only.ipynb is GPU-only (metadata.labkit.cpu_ok is false)" in out
 
 
-@pytest.mark.parametrize("path", sorted(ROOT.glob("solutions/*.ipynb")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(ROOT.glob("solutions/*.ipynb")),
+                         ids=lambda p: p.name)
 def test_solution_hardware_metadata_is_well_formed(path):
-    """Does every solution declare min_gpus, cpu_ok and world_size with sane values?"""
+    """Does every solution declare sane min_gpus, cpu_ok and world_size?"""
     needs = nbformat.read(path, as_version=4).metadata.get("labkit", {})
     assert set(needs) >= {"min_gpus", "cpu_ok", "world_size"}, needs
     assert isinstance(needs["min_gpus"], int) and needs["min_gpus"] >= 0
     assert isinstance(needs["cpu_ok"], bool)
     assert isinstance(needs["world_size"], int) and needs["world_size"] >= 1
-    assert needs["cpu_ok"] or needs["min_gpus"] >= 1, "a GPU-only lab needs min_gpus >= 1"
+    assert needs["cpu_ok"] or needs["min_gpus"] >= 1, "GPU-only needs min_gpus >= 1"
 
 
 def test_gpu_check_prints_table_and_skips_with_reason(notebooks, capsys):
-    """Does gpu_check run what fits, skip what needs GPUs, and print one row each?"""
+    """Does gpu_check run what fits, skip what needs GPUs, print one row each?"""
     gpu_check = _gpu_check()
     paths = [notebooks / "fits.ipynb", notebooks / "needs_more.ipynb"]
     assert gpu_check.main([str(p) for p in paths]) == 0

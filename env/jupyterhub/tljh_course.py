@@ -11,15 +11,18 @@ import os
 import zlib
 
 # GPU indices this machine offers to learners, e.g. "0,1,2,3"; empty means CPU only.
-GPUS = [int(i) for i in os.environ.get("COURSE_GPUS", "0,1,2,3").split(",") if i.strip()]
+GPUS = [int(i) for i in os.environ.get("COURSE_GPUS", "0,1,2,3").split(",")
+        if i.strip()]
 GPUS_PER_USER = int(os.environ.get("COURSE_GPUS_PER_USER", "1"))
 # Fixed seats win over the hash, e.g. {"instructor": [0, 1]}.
 ASSIGNED = {}
-LABKIT_DATA = "/srv/course/mnist"   # `sudo labkit data prepare --root` here, then chmod a-w
+# Filled once by `sudo labkit data prepare --root /srv/course/mnist`, then chmod a-w.
+LABKIT_DATA = "/srv/course/mnist"
 
 
-def gpus_for(username: str, gpus=GPUS, per_user=GPUS_PER_USER, assigned=ASSIGNED) -> list:
-    """Return the GPU indices for ``username``: stable across restarts and hub processes."""
+def gpus_for(username: str, gpus=GPUS, per_user=GPUS_PER_USER,
+             assigned=ASSIGNED) -> list:
+    """Return the GPU indices for ``username``, the same after every hub restart."""
     if username in assigned:
         return list(assigned[username])
     if not gpus:
