@@ -161,18 +161,21 @@ def start_rank(spec: RankSpec, rank: int) -> Rank:
 def stop(ranks: list[Rank], finished: bool) -> None:
     """Release the ranks if all finished, else terminate them; kill any that lingers."""
     deadline = time.monotonic() + STOP_S
-    for rank in ranks:
-        if finished:
-            send_quietly(rank.control, "exit")
-        else:
-            rank.process.terminate()
-    for rank in ranks:
-        rank.process.join(max(0.0, deadline - time.monotonic()))
-        if rank.process.is_alive():
-            rank.process.kill()   # SIGTERM ignored or too slow
-            rank.process.join()
-        rank.results.close()
-        rank.control.close()
+    try:
+        for rank in ranks:
+            if finished:
+                send_quietly(rank.control, "exit")
+            else:
+                rank.process.terminate()
+        for rank in ranks:
+            rank.process.join(max(0.0, deadline - time.monotonic()))
+    finally:   # even if interrupted again while waiting
+        for rank in ranks:
+            if rank.process.is_alive():
+                rank.process.kill()   # SIGTERM ignored or too slow
+                rank.process.join()
+            rank.results.close()
+            rank.control.close()
 
 
 def send_quietly(pipe: connection.Connection, message) -> None:

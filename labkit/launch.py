@@ -159,6 +159,17 @@ def _hang_error(finished: list[int], world_size: int,
         "really works that much longer than the others, pass a larger timeout=.", stuck)
 
 
+def _dead_peer(ranks: list[_spawn.Rank], pending: list[int], index: int):
+    """Return a pending rank, other than ``index``, that has died."""
+    for other in pending:
+        if other == index:
+            continue
+        ranks[other].process.join(1.0)   # its death may be why rank ``index`` failed
+        if ranks[other].process.exitcode is not None:
+            return other
+    return None
+
+
 def _collect(ranks: list[_spawn.Rank], timeout: float) -> list:
     """Wait for every rank's result; raise at the first error or when ranks hang."""
     results, first_done = {}, None
@@ -175,6 +186,10 @@ def _collect(ranks: list[_spawn.Rank], timeout: float) -> list:
             if index in results:
                 continue   # its pipe and its sentinel were both ready
             kind, value = _receive(ranks[index], index)
+            if kind == "error" and "Connection closed by peer" in value:
+                dead = _dead_peer(ranks, pending, index)
+                if dead is not None:
+                    _receive(ranks[dead], dead)   # raises unless it left a message
             if kind == "error":
                 raise _rank_error(index, value, sorted(results), len(ranks), timeout)
             results[index] = value
