@@ -76,15 +76,23 @@ def _setup(stages, inputs, targets, num_microbatches, num_ranks, loss_fn):
                         microbatches, last, loss_fn) for r in range(num_ranks)]
 
 
+def _num_ranks(stages, num_chunks: int) -> int:
+    if num_chunks < 1 or len(stages) % num_chunks:
+        raise ValueError(f"{len(stages)} stages do not split into {num_chunks} chunks "
+                         "per rank: pass len(stages) = ranks x num_chunks.")
+    return len(stages) // num_chunks
+
+
 def run_in_order(stages, inputs, targets, num_microbatches: int, name: str = "gpipe",
-                 loss_fn=F.cross_entropy, recorder=None) -> float:
+                 loss_fn=F.cross_entropy, recorder=None, num_chunks: int = 1) -> float:
     """Run one training step of schedule ``name`` in this process; return the loss.
 
     Gradients accumulate in the stages' ``.grad`` (call ``zero_grad`` first). The
     table's steps are walked in order, so every input is ready when it is used.
+    Rank r holds stages r, r + ranks, ... (``num_chunks`` of them when interleaved).
     """
-    num_ranks = len(stages)
-    table = pipeline.schedule(name, num_ranks, num_microbatches)
+    num_ranks = _num_ranks(stages, num_chunks)
+    table = pipeline.schedule(name, num_ranks, num_microbatches, num_chunks)
     workers = _setup(stages, inputs, targets, num_microbatches, num_ranks, loss_fn)
     mail: dict = {}
     recorder = recorder or timeline.Recorder()
@@ -143,17 +151,17 @@ def _thread_main(worker, order, boxes, rank, cost_s, recorder, errors):
 
 
 def run_on_threads(stages, inputs, targets, num_microbatches: int, name: str = "gpipe",
-                   cost_s: float = 0.01, loss_fn=F.cross_entropy):
+                   cost_s: float = 0.01, loss_fn=F.cross_entropy, num_chunks: int = 1):
     """Run one step of ``name`` with one thread per rank; return (loss, events).
 
     Each forward and backward also waits ``cost_s`` seconds: equal, known stage costs.
     Recording happens outside the receive wait, so idle time is the bubble.
     """
-    num_ranks = len(stages)
-    rank_orders = pipeline.orders(name, num_ranks, num_microbatches)
+    num_ranks = _num_ranks(stages, num_chunks)
+    rank_orders = pipeline.orders(name, num_ranks, num_microbatches, num_chunks)
     workers = _setup(stages, inputs, targets, num_microbatches, num_ranks, loss_fn)
     boxes = {(kind, s): queue.Queue() for kind in "FB"
-             for s in range(-1, num_ranks + 1)}
+             for s in range(-1, len(stages) + 1)}
     recorder, errors = timeline.Recorder(), []
     threads = [threading.Thread(target=_thread_main, daemon=True,
                                 args=(workers[r], rank_orders[r], boxes, r, cost_s,

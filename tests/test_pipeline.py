@@ -128,6 +128,20 @@ def test_in_order_gradients_equal_full_batch(name, p, m):
     assert _grad_gap(model, full) < 1e-6
 
 
+@pytest.mark.parametrize("run", [pipeline_run.run_in_order,
+                                 pipeline_run.run_on_threads])
+def test_interleaved_gradients_equal_full_batch(run):
+    """Does interleaved 1F1B (2 ranks x 2 chunks) leave the full batch's gradients?"""
+    model, inputs, targets, full, want = _problem()
+    stages = pipeline_run.split_stages(model, 4)
+    result = run(stages, inputs, targets, 4, "interleaved_1f1b", num_chunks=2)
+    loss = result if run is pipeline_run.run_in_order else result[0]
+    assert loss == pytest.approx(want, rel=1e-5)
+    assert _grad_gap(model, full) < 1e-6
+    with pytest.raises(ValueError, match="do not split into 3 chunks"):
+        run(stages, inputs, targets, 4, "interleaved_1f1b", num_chunks=3)
+
+
 @pytest.mark.parametrize("name", ["gpipe", "1f1b"])
 def test_threads_gradients_and_bubble(name):
     """On threads with a known stage cost: full-batch gradients, bubble near theory?"""
