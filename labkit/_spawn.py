@@ -98,6 +98,11 @@ def init_rank(spec: RankSpec, rank: int) -> RankContext:
     return RankContext(rank, spec.setup.world_size, rank, spec.setup.backend, device)
 
 
+def send_by_value(results, message) -> None:
+    """Send with plain pickle: tensors go as bytes, not as handles that die with us."""
+    results.send_bytes(pickle.dumps(message))
+
+
 def rank_main(spec: RankSpec, rank: int, results, control) -> None:
     """Run one rank: send ("ok", result) or ("error", traceback), wait for release."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent decides when ranks stop
@@ -107,11 +112,11 @@ def rank_main(spec: RankSpec, rank: int, results, control) -> None:
     try:
         worker = import_worker(spec.module, spec.qualname)
         ctx = init_rank(spec, rank)
-        results.send(("ok", worker(ctx, *pickle.loads(spec.args))))
+        send_by_value(results, ("ok", worker(ctx, *pickle.loads(spec.args))))
     except BaseException as err:   # KeyboardInterrupt and SystemExit included
         frames = err.__traceback__.tb_next   # skip this launcher frame
         text = "".join(traceback.format_exception(type(err), err, frames))
-        results.send(("error", text))
+        send_by_value(results, ("error", text))
     released.wait()   # keep the process group up until every rank is done
     if dist.is_initialized():
         dist.destroy_process_group()

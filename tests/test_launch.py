@@ -58,6 +58,10 @@ def die_on_rank_one(ctx, how):
     return ctx.rank
 
 
+def return_tensor(ctx):
+    return torch.arange(4.0) + ctx.rank
+
+
 def return_unpicklable(ctx):
     return threading.Lock()
 
@@ -114,6 +118,13 @@ def test_results_come_back_per_rank_in_rank_order(capsys):
     assert all(r["backend"] == "gloo" and r["initialized"] for r in results)
     printed = capsys.readouterr().out
     assert "Backend: gloo" in printed and "Launching 2 rank(s)" in printed
+
+
+def test_tensor_results_outlive_the_ranks():
+    """Do returned tensors arrive by value, usable after the ranks have exited?"""
+    results = launch.run(return_tensor, world_size=2)
+    assert torch.equal(results[1], torch.arange(4.0) + 1)
+    assert not results[1].is_shared()   # not a handle into a dead rank's memory
 
 
 def test_threads_per_rank_is_applied():
