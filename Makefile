@@ -33,6 +33,7 @@ labs: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/labkit bench data
+	$(BIN)/labkit bench pipeline
 
 clean:
 	rm -rf $(VENV) .pytest_cache
