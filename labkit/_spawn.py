@@ -125,11 +125,16 @@ def rank_main(spec: RankSpec, rank: int, results, control) -> None:
 # ---------------------------------------------------------------- in the parent
 
 def _context():
-    """Return a start method that is safe with CUDA: forkserver (preloaded) or spawn."""
-    if "forkserver" not in mp.get_all_start_methods():
-        return mp.get_context("spawn")
-    context = mp.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
+    """Return a start method safe with CUDA: forkserver (preloaded), else spawn.
+
+    ``LABKIT_START_METHOD=spawn`` forces a fresh interpreter per rank (slower).
+    """
+    method = os.environ.get("LABKIT_START_METHOD", "forkserver")
+    if method not in mp.get_all_start_methods() or method == "fork":
+        method = "spawn"   # never fork the notebook: it may have touched CUDA
+    context = mp.get_context(method)
+    if method == "forkserver":
+        context.set_forkserver_preload(PRELOAD)
     return context
 
 

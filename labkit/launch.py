@@ -144,6 +144,9 @@ def _rank_error(index: int, text: str, finished: list[int], world_size: int,
     if "__mp_main__" in text or "<module '__main__'" in text:
         hint = (" (something passed to or returned from the worker is defined in the "
                 "notebook: move it into a module too)")
+    elif "Cannot re-initialize CUDA in forked subprocess" in text:
+        hint = (" (the process the ranks were forked from had initialised CUDA: set "
+                "os.environ['LABKIT_START_METHOD'] = 'spawn' and launch again)")
     return WorkerError(f"Rank {index} raised {last}{hint}. The other ranks were "
                        f"stopped. Traceback of rank {index}:\n{text}", index, text)
 

@@ -70,6 +70,11 @@ def raise_main_lookup(ctx):
     raise AttributeError("Can't get attribute 'Net' on <module '__mp_main__'>")
 
 
+def raise_bad_fork(ctx):
+    raise RuntimeError("Cannot re-initialize CUDA in forked subprocess. To use CUDA "
+                       "with multiprocessing, you must use the 'spawn' start method")
+
+
 def read_environment(ctx, name):
     return os.environ.get(name)
 
@@ -208,10 +213,21 @@ def test_unpicklable_result_is_a_worker_error():
         launch.run(return_unpicklable, world_size=1)
 
 
-def test_notebook_objects_in_args_get_a_hint():
-    """Does a rank that cannot find a notebook object get the move-it hint?"""
-    with pytest.raises(launch.WorkerError, match="defined in the notebook"):
-        launch.run(raise_main_lookup, world_size=1)
+@pytest.mark.parametrize("worker, hint", [
+    (raise_main_lookup, "defined in the notebook: move it into a module"),
+    (raise_bad_fork, "LABKIT_START_METHOD'. = 'spawn' and launch again"),
+])
+def test_known_cryptic_errors_get_a_hint(worker, hint):
+    """Do a notebook object in args and a CUDA bad fork get a hint on what to do?"""
+    with pytest.raises(launch.WorkerError, match=hint):
+        launch.run(worker, world_size=1)
+
+
+def test_spawn_start_method_works_too(monkeypatch):
+    """With LABKIT_START_METHOD=spawn (fresh interpreters), do results come back?"""
+    monkeypatch.setenv("LABKIT_START_METHOD", "spawn")
+    results = launch.run(rank_and_sum, world_size=2, args=(0,), timeout=60)
+    assert [r["sum"] for r in results] == [1.0, 1.0]
 
 
 # ---------------------------------------------------------------- interrupt
