@@ -209,8 +209,11 @@ def scaled_lr(fn) -> None:
         want = _lr(*args)
         hint = ""
         if isinstance(got, (int, float)):
-            if math.isclose(got, 0.1) and step >= warmup:
-                hint = "After warm-up, multiply base_lr by global_batch / base_batch."
+            if math.isclose(got, 0.1) and step > 0:
+                hint = (
+                    "The LR never grows: multiply base_lr by global_batch / "
+                    "base_batch (reached gradually during warm-up)."
+                )
             elif step < warmup and math.isclose(
                 got, 0.8 * step / warmup, abs_tol=1e-12
             ):

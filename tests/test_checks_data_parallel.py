@@ -1,0 +1,121 @@
+"""Do the data-parallel checks give the specific hint for each classic mistake?"""
+
+import math
+
+import pytest
+import torch
+
+from labkit import checks
+
+
+def _fails(check, fn, hint):
+    with pytest.raises(checks.ExerciseFailed, match=hint):
+        check(fn)
+
+
+def _stub(*args):
+    raise NotImplementedError()
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        checks.scatter_batch,
+        checks.average_gradients,
+        checks.strip_module_prefix,
+        checks.shard_indices,
+        checks.scaled_lr,
+        checks.accumulation_steps,
+    ],
+)
+def test_stub_is_not_done_yet(check):
+    """Does every check call the untouched stub 'not done yet'?"""
+    _fails(check, _stub, "not done yet")
+
+
+def test_scatter_batch_hints():
+    """Are wrong sizes, misaligned labels and a missing ValueError reported?"""
+    _fails(
+        checks.scatter_batch, lambda x, y, n: list(zip(x.chunk(n), y.chunk(n))), "sizes"
+    )
+    _fails(
+        checks.scatter_batch,
+        lambda x, y, n: list(zip(x.tensor_split(n), y.flip(0).tensor_split(n))),
+        "do not match",
+    )
+    _fails(
+        checks.scatter_batch,
+        lambda x, y, n: list(zip(x.tensor_split(n), y.tensor_split(n))),
+        "raise ValueError",
+    )
+
+
+def _plain_mean(grads, sizes):
+    return [sum(g[i] for g in grads) / len(grads) for i in range(len(grads[0]))]
+
+
+def _sum(grads, sizes):
+    return [sum(g[i] for g in grads) for i in range(len(grads[0]))]
+
+
+def test_average_gradients_hints():
+    """Are the unweighted mean and the plain sum named as such?"""
+    _fails(checks.average_gradients, _plain_mean, "plain mean")
+    _fails(checks.average_gradients, _sum, "That is the sum")
+    _fails(checks.average_gradients, lambda g, s: None, "one tensor per parameter")
+
+
+def test_strip_module_prefix_hints():
+    """Is str.replace (which also renames a layer called 'module') caught?"""
+    _fails(
+        checks.strip_module_prefix,
+        lambda sd: {k.replace("module.", ""): v for k, v in sd.items()},
+        "LEADING",
+    )
+    _fails(
+        checks.strip_module_prefix,
+        lambda sd: {k.removeprefix("module."): v * 0 for k, v in sd.items()},
+        "keep every tensor",
+    )
+
+
+def _no_set_epoch(num_samples, rank, world_size, epoch, seed=0, shuffle=True):
+    g = torch.Generator().manual_seed(seed)
+    order = (
+        torch.randperm(num_samples, generator=g).tolist()
+        if shuffle
+        else list(range(num_samples))
+    )
+    total = math.ceil(num_samples / world_size) * world_size
+    order += order[: total - len(order)]
+    return order[rank::world_size]
+
+
+def test_shard_indices_hints():
+    """Are unpadded shards and a shuffle that ignores the epoch reported?"""
+    _fails(
+        checks.shard_indices,
+        lambda n, r, w, e, s=0, sh=True: list(range(n))[r::w],
+        "ceil",
+    )
+    _fails(checks.shard_indices, _no_set_epoch, "seed \\+ epoch")
+
+
+def test_scaled_lr_hints():
+    """Are 'no scaling', 'warm-up from 0' and 'no warm-up' reported?"""
+    _fails(checks.scaled_lr, lambda step, lr, b0, b, w: lr, "never grows")
+    _fails(
+        checks.scaled_lr,
+        lambda step, lr, b0, b, w: (
+            lr * b / b0 * min(1.0, step / w) if w else lr * b / b0
+        ),
+        "not at 0",
+    )
+    _fails(checks.scaled_lr, lambda step, lr, b0, b, w: lr * b / b0, "ramp up")
+
+
+def test_accumulation_steps_hints():
+    """Are a float result, a wrong formula and a missing ValueError reported?"""
+    _fails(checks.accumulation_steps, lambda g, p, w: g / (p * w), "return an int")
+    _fails(checks.accumulation_steps, lambda g, p, w: g // p, "solve for steps")
+    _fails(checks.accumulation_steps, lambda g, p, w: g // (p * w), "raise ValueError")
