@@ -4,6 +4,7 @@ Taught in: lab 03 (what a launch costs; images/s for 1 and 2 ranks). Each prints
 it measures, then its headline ratio as the last line. Both run on CPU with gloo.
 """
 
+import os
 import statistics
 import subprocess
 import sys
@@ -40,18 +41,20 @@ def _launch_seconds(world_size: int) -> float:
 def launch_cost(world_size: int = 2, repeats: int = 3) -> float:
     """Compare launch-to-ready of a gloo launch with a bare ``import torch``, same run.
 
-    The first launch in a Python starts the forkserver (which imports torch once);
-    later launches fork ranks from it. The headline uses the first, slower one.
+    The first launch in a Python starts the forkserver (which imports torch and
+    DDP's dependencies once); later launches fork ranks from it. The headline uses
+    the first, slower one.
     """
-    print("Timing a fresh `python -c 'import torch'` (best of 2)...")
+    method = os.environ.get("LABKIT_START_METHOD", "forkserver")
+    print(f"Start method: {method}. Timing `python -c 'import torch'` (best of 2)...")
     bare = min(_import_torch_seconds() for _ in range(2))
     print(f"import torch in a fresh Python: {bare:.2f} s")
     first = _launch_seconds(world_size)
     again = statistics.median(_launch_seconds(world_size) for _ in range(repeats))
-    print(f"{world_size}-rank gloo launch, the first in this Python (starts the "
-          f"forkserver): {first:.2f} s until every rank is ready")
-    print(f"{world_size}-rank gloo launch, forkserver already up (median of "
-          f"{repeats}): {again:.2f} s ({again / bare:.2f}x import torch)")
+    print(f"{world_size}-rank gloo launch, the first in this Python: {first:.2f} s "
+          "until every rank is ready")
+    print(f"{world_size}-rank gloo launch, the next ones (median of {repeats}): "
+          f"{again:.2f} s ({again / bare:.2f}x import torch)")
     ratio = first / bare
     print(f"launch vs import torch: {ratio:.2f}x")
     return ratio
@@ -63,11 +66,13 @@ def _train_step(model, optimizer, images, labels) -> None:
     optimizer.step()
 
 
-def images_per_second(ctx, global_batch: int, steps: int, warmup: int) -> float:
-    """Train small_cnn on this rank's share of each global batch; return images/s.
+def images_per_second(ctx, global_batch: int, steps: int, warmup: int) -> tuple:
+    """Train small_cnn on this rank's share of each global batch.
 
-    One rank trains the plain model, several wrap it in DDP. Timing starts after
-    ``warmup`` steps (DDP builds its buckets in the first ones) and a barrier.
+    Returns (images/s of the whole global batch, CPU share: CPU seconds this rank
+    used per wall-clock second, 1.0 = a whole core). One rank trains the plain
+    model, several wrap it in DDP. Timing starts after ``warmup`` steps (DDP builds
+    its buckets in the first ones) and a barrier.
     """
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -84,17 +89,19 @@ def images_per_second(ctx, global_batch: int, steps: int, warmup: int) -> float:
     for images, labels in batches[:warmup]:
         _train_step(model, optimizer, images, labels)
     dist.barrier()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for images, labels in batches[warmup:]:
         _train_step(model, optimizer, images, labels)
     dist.barrier()   # the step is done when the slowest rank is done
-    return global_batch * steps / (time.perf_counter() - start)
+    wall = time.perf_counter() - start
+    return global_batch * steps / wall, (time.process_time() - cpu_start) / wall
 
 
-def _run_images_per_second(world_size: int, args: tuple) -> float:
-    """Launch ``images_per_second`` on ``world_size`` ranks; return the slowest's rate."""
-    return min(launch.run(images_per_second, world_size=world_size, args=args,
-                          backend="gloo", timeout=300))
+def _measure(world_size: int, args: tuple) -> tuple:
+    """Launch ``images_per_second``; return the slowest rank's rate, all CPU shares."""
+    ranks = launch.run(images_per_second, world_size=world_size, args=args,
+                       backend="gloo", timeout=300)
+    return min(rate for rate, _ in ranks), [share for _, share in ranks]
 
 
 def ddp_scaling(global_batch: int = 256, steps: int = 40, warmup: int = 5,
@@ -106,13 +113,18 @@ def ddp_scaling(global_batch: int = 256, steps: int = 40, warmup: int = 5,
     """
     print(f"small_cnn on MNIST tensors, global batch {global_batch}, {steps} timed "
           f"steps, gloo, 1 thread per rank; best of {repeats}, alternating.")
-    args, one, two = (global_batch, steps, warmup), 0.0, 0.0
+    args, one, two = (global_batch, steps, warmup), (0.0, []), (0.0, [])
     for _ in range(repeats):
-        one = max(one, _run_images_per_second(1, args))
-        two = max(two, _run_images_per_second(2, args))
-    print(f"1 rank x 1 thread: {one:,.0f} images/s")
-    print(f"2 ranks x 1 thread (DDP): {two:,.0f} images/s, scaling efficiency "
-          f"{two / (2 * one):.0%}")
-    ratio = two / one
+        one = max(one, _measure(1, args))
+        two = max(two, _measure(2, args))
+    shares = ", ".join(f"{share:.2f}" for share in one[1] + two[1])
+    print(f"1 rank x 1 thread: {one[0]:,.0f} images/s")
+    print(f"2 ranks x 1 thread (DDP): {two[0]:,.0f} images/s, scaling efficiency "
+          f"{two[0] / (2 * one[0]):.0%}")
+    print(f"CPU share each rank got (1.00 = a whole core): {shares}")
+    if min(one[1] + two[1]) < 0.85:
+        print("Note: ranks got less than a core each, so other programs are using "
+              "this machine; the ratio below understates DDP. Rerun on an idle one.")
+    ratio = two[0] / one[0]
     print(f"ddp 2 ranks vs 1 rank: {ratio:.2f}x")
     return ratio
