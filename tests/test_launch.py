@@ -426,3 +426,24 @@ def test_nccl_ranks_get_their_own_gpu():
     results = launch.run(rank_and_sum, world_size=world_size, args=(0,), backend="nccl")
     assert [r["device"] for r in results] == [f"cuda:{i}" for i in range(world_size)]
     assert all(r["backend"] == "nccl" for r in results)
+
+
+# ---------------------------------------------------------------- benchmarks (tiny sizes)
+
+
+def test_bench_launch_prints_its_ratio_last(capsys):
+    """Does `labkit bench launch` end with the launch-vs-import-torch ratio?"""
+    from labkit import ddp_bench
+
+    ratio = ddp_bench.launch_cost(repeats=1)
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == f"launch vs import torch: {ratio:.2f}x" and ratio > 0
+
+
+def test_bench_ddp_prints_its_ratio_last(capsys):
+    """Does `labkit bench ddp` end with the 2-ranks-vs-1 ratio?"""
+    from labkit import ddp_bench
+
+    ratio = ddp_bench.ddp_scaling(global_batch=32, steps=3, warmup=1, repeats=1)
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == f"ddp 2 ranks vs 1 rank: {ratio:.2f}x" and ratio > 0
