@@ -428,7 +428,7 @@ def test_nccl_ranks_get_their_own_gpu():
     assert all(r["backend"] == "nccl" for r in results)
 
 
-# ---------------------------------------------------------------- benchmarks, tiny sizes
+# ------------------------------------------------------------- benchmarks, tiny sizes
 
 
 def test_bench_launch_prints_its_ratio_last(capsys):
