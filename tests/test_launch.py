@@ -428,6 +428,32 @@ def test_nccl_ranks_get_their_own_gpu():
     assert all(r["backend"] == "nccl" for r in results)
 
 
+_TORCHRUN_SCRIPT = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import torch.distributed as dist
+import test_launch
+from labkit import launch
+
+ctx = launch.init_from_env(threads_per_rank=1)
+print("result", test_launch.rank_and_sum(ctx, 10), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_same_worker_runs_unchanged_under_torchrun(tmp_path):
+    """Does a launch.run worker run as is in a torchrun script via init_from_env?"""
+    script = tmp_path / "script.py"
+    script.write_text(_TORCHRUN_SCRIPT)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node=2", str(script), os.path.dirname(__file__)]
+    done = subprocess.run(torchrun, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = [line for line in done.stdout.splitlines() if line.startswith("result")]
+    assert len(results) == 2 and all("'sum': 11.0" in line for line in results)
+    assert all("'backend': 'gloo'" in line for line in results)
+
+
 # ------------------------------------------------------------- benchmarks, tiny sizes
 
 
