@@ -191,8 +191,11 @@ def _batch(ctx, size: int, seed: int):
     return images, torch.randint(0, 10, (size,), generator=gen).to(ctx.device)
 
 
-def _buckets(ctx, cap_mb: float, steps: int = 4) -> dict:
-    """Count DDP's buckets (sizes in MB) and time a step for one ``bucket_cap_mb``."""
+def _buckets(ctx, cap_mb: float | None, steps: int = 8) -> dict:
+    """Count DDP's buckets (sizes in MB) and time a step for one ``bucket_cap_mb``.
+
+    ``None`` is DDP's default: 25 MB, with a first bucket of 1 MB.
+    """
     torch.manual_seed(0)
     model = _ddp(
         models.deep_mlp(num_layers=8, width=256).to(ctx.device),
@@ -262,7 +265,7 @@ def _checkpoint(ctx, model: DDP, path: str) -> dict:
 
 def internals(
     ctx,
-    bucket_caps_mb=(0.25, 1.0, 25.0),
+    bucket_caps_mb=(0.25, 1.0, 25.0, None),
     accumulation: int = 4,
     checkpoint_path: str = "ddp_checkpoint.pt",
 ) -> dict:

@@ -58,10 +58,12 @@ def test_internals_buckets_no_sync_checkpoint(tmp_path):
     """Do buckets shrink in number with the cap, no_sync skip all-reduces, and the
     checkpoint load identically on every rank?"""
     path = tmp_path / "ckpt.pt"
-    seen = _run(ddp.internals, (0.25, 25.0), 4, str(path))
+    seen = _run(ddp.internals, (0.25, 25.0, None), 4, str(path))
     for r in seen:
         small, large = r["buckets"][0.25], r["buckets"][25.0]
         assert small["buckets"] > large["buckets"] == 1
+        default = r["buckets"][None]   # 25 MB too, but a first bucket of 1 MB
+        assert default["buckets"] == 2 and default["mb"][0] <= 1.05
         assert r["no_sync"]["allreduce_calls"] == {"plain": 4, "no_sync": 1}
         assert r["no_sync"]["max_grad_difference"] < 1e-6
         assert r["checkpoint"]["trained"] == r["checkpoint"]["loaded"]
