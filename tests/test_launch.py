@@ -104,11 +104,16 @@ def _wait_for_new_descendants(before: set[int], count: int, limit: float = 30.0)
         time.sleep(0.05)
 
 
+def run_gloo(worker, world_size=2, **kwargs):
+    """Launch on CPU ranks with gloo, whatever GPUs the machine has."""
+    return launch.run(worker, world_size, **{"backend": "gloo", **kwargs})
+
+
 @pytest.fixture
 def server():
     """A running forkserver, so counting children sees only the ranks come and go."""
     launch.warm_up()
-    launch.run(rank_and_sum, world_size=1, args=(0,))   # waits until it is ready
+    run_gloo(rank_and_sum, world_size=1, args=(0,))   # waits until it is ready
 
 
 # ---------------------------------------------------------------- the happy path
@@ -116,7 +121,7 @@ def server():
 
 def test_results_come_back_per_rank_in_rank_order(capsys):
     """Does each rank's return value come back, in rank order, with the group up?"""
-    results = launch.run(rank_and_sum, world_size=2, args=(10,), timeout=30)
+    results = run_gloo(rank_and_sum, world_size=2, args=(10,), timeout=30)
     assert [r["rank"] for r in results] == [0, 1]
     assert all(r["sum"] == 11.0 and r["world_size"] == 2 for r in results)
     assert all(r["threads"] == 1 and r["device"] == "cpu" for r in results)
@@ -127,21 +132,21 @@ def test_results_come_back_per_rank_in_rank_order(capsys):
 
 def test_tensor_results_outlive_the_ranks():
     """Do returned tensors arrive by value, usable after the ranks have exited?"""
-    results = launch.run(return_tensor, world_size=2)
+    results = run_gloo(return_tensor, world_size=2)
     assert torch.equal(results[1], torch.arange(4.0) + 1)
     assert not results[1].is_shared()   # not a handle into a dead rank's memory
 
 
 def test_threads_per_rank_is_applied():
     """Does each CPU rank get exactly threads_per_rank threads?"""
-    results = launch.run(rank_and_sum, world_size=1, args=(0,), threads_per_rank=2)
+    results = run_gloo(rank_and_sum, world_size=1, args=(0,), threads_per_rank=2)
     assert results[0]["threads"] == 2
 
 
 def test_ranks_see_the_parents_environment_now(monkeypatch, server):
     """Do ranks see a variable set after the forkserver started?"""
     monkeypatch.setenv("LABKIT_TEST_VALUE", "set late")
-    results = launch.run(read_environment, 2, args=("LABKIT_TEST_VALUE",))
+    results = run_gloo(read_environment, 2, args=("LABKIT_TEST_VALUE",))
     assert results == ["set late"] * 2
 
 
@@ -150,7 +155,7 @@ def test_two_launches_at_once_both_succeed(capsys):
     outcomes = {}
 
     def launch_one(offset):
-        outcomes[offset] = launch.run(rank_and_sum, 2, args=(offset,), timeout=30)
+        outcomes[offset] = run_gloo(rank_and_sum, 2, args=(offset,), timeout=30)
 
     threads = [threading.Thread(target=launch_one, args=(k,)) for k in (100, 200)]
     for thread in threads:
@@ -171,7 +176,7 @@ def test_rank_that_raises_is_named_with_its_traceback():
     """Does a worker's exception come back as one error naming rank and traceback?"""
     start = time.monotonic()
     with pytest.raises(launch.WorkerError, match="Rank 1 raised ValueError") as caught:
-        launch.run(raise_on_rank_one, world_size=2, timeout=30)
+        run_gloo(raise_on_rank_one, world_size=2, timeout=30)
     assert caught.value.rank == 1
     assert "rank one is unhappy" in caught.value.traceback
     assert "raise_on_rank_one" in str(caught.value)   # the frame that raised
@@ -182,7 +187,7 @@ def test_skipped_collective_times_out_and_names_the_rank():
     """Does a collective one rank never joins end as CollectiveTimeout, not a hang?"""
     start = time.monotonic()
     with pytest.raises(launch.CollectiveTimeout, match="Rank 0 waited") as caught:
-        launch.run(skip_collective_on_rank_one, world_size=2, timeout=3)
+        run_gloo(skip_collective_on_rank_one, world_size=2, timeout=3)
     assert caught.value.ranks == [0]
     assert "finished ranks: [1]" in str(caught.value)
     assert time.monotonic() - start < 20
@@ -192,7 +197,7 @@ def test_rank_stuck_outside_collectives_is_ended_by_the_watchdog():
     """Does a rank that never finishes end as CollectiveTimeout naming it?"""
     stuck = r"Rank\(s\) \[1\] did not"
     with pytest.raises(launch.CollectiveTimeout, match=stuck) as caught:
-        launch.run(sleep_on_rank_one, world_size=2, args=(600,), timeout=2)
+        run_gloo(sleep_on_rank_one, world_size=2, args=(600,), timeout=2)
     assert caught.value.ranks == [1]
 
 
@@ -204,13 +209,13 @@ def test_rank_stuck_outside_collectives_is_ended_by_the_watchdog():
 def test_rank_that_dies_is_reported_with_its_exit_code(how, message):
     """Does a rank that dies without a result give its exit code and a likely cause?"""
     with pytest.raises(launch.LaunchError, match=message):
-        launch.run(die_on_rank_one, world_size=2, args=(how,), timeout=30)
+        run_gloo(die_on_rank_one, world_size=2, args=(how,), timeout=30)
 
 
 def test_unpicklable_result_is_a_worker_error():
     """Does a result that cannot be sent back surface as that rank's error?"""
     with pytest.raises(launch.WorkerError, match="Rank 0 raised TypeError"):
-        launch.run(return_unpicklable, world_size=1)
+        run_gloo(return_unpicklable, world_size=1)
 
 
 @pytest.mark.parametrize("worker, hint", [
@@ -220,13 +225,13 @@ def test_unpicklable_result_is_a_worker_error():
 def test_known_cryptic_errors_get_a_hint(worker, hint):
     """Do a notebook object in args and a CUDA bad fork get a hint on what to do?"""
     with pytest.raises(launch.WorkerError, match=hint):
-        launch.run(worker, world_size=1)
+        run_gloo(worker, world_size=1)
 
 
 def test_spawn_start_method_works_too(monkeypatch):
     """With LABKIT_START_METHOD=spawn (fresh interpreters), do results come back?"""
     monkeypatch.setenv("LABKIT_START_METHOD", "spawn")
-    results = launch.run(rank_and_sum, world_size=2, args=(0,), timeout=60)
+    results = run_gloo(rank_and_sum, world_size=2, args=(0,), timeout=60)
     assert [r["sum"] for r in results] == [1.0, 1.0]
 
 
@@ -244,7 +249,7 @@ def test_interrupt_terminates_every_rank(server):
 
     threading.Thread(target=interrupt_when_ranks_run, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
-        launch.run(sleep_on_rank_one, world_size=2, args=(600,), timeout=60)
+        run_gloo(sleep_on_rank_one, world_size=2, args=(600,), timeout=60)
     assert _descendants() == before   # only the forkserver (and nothing new) remains
 
 
@@ -259,7 +264,8 @@ def test_ranks_exit_when_the_parent_is_killed(tmp_path):
     """Do ranks exit by themselves when the notebook kernel dies (SIGKILL)?"""
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import test_launch; "
             "from labkit import launch; "
-            "launch.run(test_launch.write_pid_then_sleep, 2, args=(sys.argv[2],))")
+            "launch.run(test_launch.write_pid_then_sleep, 2, args=(sys.argv[2],), "
+            "backend='gloo')")
     parent = subprocess.Popen([sys.executable, "-c", code, os.path.dirname(__file__),
                                str(tmp_path)], stdout=subprocess.DEVNULL)
     try:
@@ -281,7 +287,7 @@ _NOTEBOOK = [
     "%%writefile my_worker.py\nimport torch.distributed as dist\n"
     "def worker(ctx):\n    return dist.get_rank()",
     "from labkit import launch\nfrom my_worker import worker\n"
-    "print('results', launch.run(worker, 2))",
+    "print('results', launch.run(worker, 2, backend='gloo'))",
     "def local(ctx):\n    return 1\ntry:\n    launch.run(local, 2)\n"
     "except launch.LaunchError as err:\n    print(err)",
 ]
@@ -330,7 +336,7 @@ def test_bad_world_size_is_refused(world_size):
 def test_bad_timeout_or_threads_are_refused(name, value):
     """Are non-positive timeouts and thread counts refused?"""
     with pytest.raises(ValueError, match=f"{name} must be a positive number"):
-        launch.run(rank_and_sum, 2, args=(0,), **{name: value})
+        run_gloo(rank_and_sum, 2, args=(0,), **{name: value})
 
 
 def test_worker_defined_in_the_notebook_is_refused_with_advice():
@@ -339,7 +345,7 @@ def test_worker_defined_in_the_notebook_is_refused_with_advice():
         return ctx.rank
     worker.__module__, worker.__qualname__ = "__main__", "worker"
     with pytest.raises(launch.LaunchError, match="%%writefile my_worker.py"):
-        launch.run(worker, 2)
+        run_gloo(worker, 2)
 
 
 def _nested_worker():
@@ -352,13 +358,13 @@ def _nested_worker():
 def test_lambda_or_nested_worker_is_refused(worker):
     """Are lambdas and functions nested in functions refused before starting?"""
     with pytest.raises(launch.LaunchError, match="top level of a module"):
-        launch.run(worker, 2)
+        run_gloo(worker, 2)
 
 
 def test_not_a_function_is_refused():
     """Is a worker that is not a function from a module refused?"""
     with pytest.raises(launch.LaunchError, match="must be a function"):
-        launch.run(42, 2)
+        run_gloo(42, 2)
 
 
 def test_unimportable_worker_module_is_refused():
@@ -367,7 +373,7 @@ def test_unimportable_worker_module_is_refused():
         return 0
     worker.__module__, worker.__qualname__ = "no_such_module_for_labkit", "worker"
     with pytest.raises(launch.LaunchError, match="could not import worker"):
-        launch.run(worker, 2)
+        run_gloo(worker, 2)
 
 
 def test_stale_worker_is_refused():
@@ -376,13 +382,13 @@ def test_stale_worker_is_refused():
         return 0
     worker.__module__, worker.__qualname__ = __name__, "helper_not_a_worker"
     with pytest.raises(launch.LaunchError, match="is not the function passed"):
-        launch.run(worker, 2)
+        run_gloo(worker, 2)
 
 
 def test_unpicklable_args_are_refused_before_starting():
     """Do arguments that cannot reach the ranks fail in the parent?"""
     with pytest.raises(launch.LaunchError, match="args cannot be sent"):
-        launch.run(rank_and_sum, 2, args=(threading.Lock(),))
+        run_gloo(rank_and_sum, 2, args=(threading.Lock(),))
 
 
 # ---------------------------------------------------------------- torchrun side
@@ -435,7 +441,7 @@ import torch.distributed as dist
 import test_launch
 from labkit import launch
 
-ctx = launch.init_from_env(threads_per_rank=1)
+ctx = launch.init_from_env(backend="gloo", threads_per_rank=1)
 print("result", test_launch.rank_and_sum(ctx, 10), flush=True)
 dist.destroy_process_group()
 """
