@@ -180,9 +180,15 @@ def max_difference(state_a: dict, state_b: dict) -> float:
 
 
 def _record_hook(record: list, bucket):
-    """All-reduce one bucket as DDP does by default, noting its size in bytes."""
-    record.append(bucket.buffer().numel() * bucket.buffer().element_size())
-    return default_hooks.allreduce_hook(None, bucket)
+    """All-reduce one bucket as DDP does by default; note (bytes, ready, done) times."""
+    size = bucket.buffer().numel() * bucket.buffer().element_size()
+    ready = time.perf_counter()
+
+    def done(fut):
+        record.append((size, ready, time.perf_counter()))
+        return fut.value()
+
+    return default_hooks.allreduce_hook(None, bucket).then(done)
 
 
 def _batch(ctx, size: int, seed: int):
@@ -192,9 +198,12 @@ def _batch(ctx, size: int, seed: int):
 
 
 def _buckets(ctx, cap_mb: float | None, steps: int = 8) -> dict:
-    """Count DDP's buckets (sizes in MB) and time a step for one ``bucket_cap_mb``.
+    """Count DDP's buckets (MB), time a step, and measure overlap for one cap.
 
-    ``None`` is DDP's default: 25 MB, with a first bucket of 1 MB.
+    ``None`` is DDP's default: 25 MB, with a first bucket of 1 MB. ``spans_ms``: each
+    bucket's all-reduce (ready, done) in ms after backward began (CPU clock: on GPUs,
+    launch times); ``hidden``: the share of all-reduce time before backward's compute
+    ended.
     """
     torch.manual_seed(0)
     model = _ddp(
@@ -208,17 +217,23 @@ def _buckets(ctx, cap_mb: float | None, steps: int = 8) -> dict:
     images, labels = _batch(ctx, 64, ctx.rank)
     for step in range(steps):
         if step == 2:  # buckets are rebuilt after the first step; time after
-            record.clear()
             start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        F.cross_entropy(model(images), labels).backward()
+        loss = F.cross_entropy(model(images), labels)
+        record.clear()  # keep the last step's buckets only
+        begin = time.perf_counter()
+        loss.backward()  # returns once every bucket's all-reduce is done
         optimizer.step()
     seconds = (time.perf_counter() - start) / (steps - 2)
-    sizes = record[: len(record) // (steps - 2)]
+    spans = sorted((ready - begin, done - begin, size) for size, ready, done in record)
+    computed = spans[-1][0]  # the last bucket is ready when backward's compute ends
+    hidden = sum(max(0.0, min(done, computed) - ready) for ready, done, _ in spans)
     return {
-        "buckets": len(sizes),
-        "mb": [round(s / 2**20, 2) for s in sizes],
+        "buckets": len(spans),
+        "mb": [round(size / 2**20, 2) for *_, size in spans],
         "ms_per_step": 1000 * seconds,
+        "spans_ms": [(1000 * ready, 1000 * done) for ready, done, _ in spans],
+        "hidden": hidden / sum(done - ready for ready, done, _ in spans),
     }
 
 

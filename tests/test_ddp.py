@@ -64,6 +64,7 @@ def test_internals_buckets_no_sync_checkpoint(tmp_path):
         assert small["buckets"] > large["buckets"] == 1
         default = r["buckets"][None]   # 25 MB too, but a first bucket of 1 MB
         assert default["buckets"] == 2 and default["mb"][0] <= 1.05
+        assert small["hidden"] > 0 == large["hidden"], "one bucket cannot overlap"
         assert r["no_sync"]["allreduce_calls"] == {"plain": 4, "no_sync": 1}
         assert r["no_sync"]["max_grad_difference"] < 1e-6
         assert r["checkpoint"]["trained"] == r["checkpoint"]["loaded"]
