@@ -105,7 +105,7 @@ def _measure(world_size: int, args: tuple) -> tuple:
 
 
 def ddp_scaling(global_batch: int = 256, steps: int = 40, warmup: int = 5,
-                repeats: int = 2) -> float:
+                repeats: int = 3) -> float:
     """Compare images/s of 2 DDP ranks with 1 rank, 1 thread each, same global batch.
 
     The two are measured alternately, ``repeats`` times each; the best of each counts
