@@ -240,16 +240,21 @@ def test_spawn_start_method_works_too(monkeypatch):
 
 def test_interrupt_terminates_every_rank(server):
     """Does KeyboardInterrupt in the parent stop every rank, leaving no process?"""
-    before = _descendants()
+    before, launching = _descendants(), threading.Event()
 
     def interrupt_when_ranks_run():
         _wait_for_new_descendants(before, 2)
         time.sleep(0.5)
-        os.kill(os.getpid(), signal.SIGINT)
+        if launching.is_set():   # never interrupt the rest of the test session
+            os.kill(os.getpid(), signal.SIGINT)
 
+    launching.set()
     threading.Thread(target=interrupt_when_ranks_run, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        run_gloo(sleep_on_rank_one, world_size=2, args=(600,), timeout=60)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_gloo(sleep_on_rank_one, world_size=2, args=(600,), timeout=60)
+    finally:
+        launching.clear()
     assert _descendants() == before   # only the forkserver (and nothing new) remains
 
 
