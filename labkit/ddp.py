@@ -101,6 +101,8 @@ def _global_batches(cfg: TrainConfig, num_samples: int):
 def _loop(model, cfg: TrainConfig, images, labels, rank: int, world_size: int):
     """Train on this rank's share of each global batch; return (losses, timed s)."""
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    if labels.device.type == "cuda":  # true fp32 in DDP and reference alike: no TF32
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     losses, start = [], 0.0
     for step, index in enumerate(_global_batches(cfg, len(labels))):
         if step == cfg.warmup:
@@ -153,7 +155,8 @@ def train(ctx, cfg: TrainConfig) -> dict:
 def reference(cfg: TrainConfig, threads: int | None = None, device="cpu") -> dict:
     """Train the same model in this one process on the whole global batch.
 
-    ``threads`` sets torch's intra-op threads for the run, restored afterwards.
+    ``threads`` sets torch's intra-op threads for the run, restored afterwards. On
+    CUDA, TF32 is switched off in this process (as in the ranks), and stays off.
     """
     before = torch.get_num_threads()
     torch.set_num_threads(threads or before)
