@@ -34,6 +34,8 @@ labs: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/labkit bench data
 	$(BIN)/labkit bench pipeline
+	$(BIN)/labkit bench launch
+	$(BIN)/labkit bench ddp
 
 clean:
 	rm -rf $(VENV) .pytest_cache
