@@ -440,6 +440,7 @@ def test_nccl_ranks_get_their_own_gpu():
 
 
 _TORCHRUN_SCRIPT = """
+import os
 import sys
 sys.path.insert(0, sys.argv[1])
 import torch.distributed as dist
@@ -447,7 +448,8 @@ import test_launch
 from labkit import launch
 
 ctx = launch.init_from_env(backend="gloo", threads_per_rank=1)
-print("result", test_launch.rank_and_sum(ctx, 10), flush=True)
+line = f"result {test_launch.rank_and_sum(ctx, 10)}\\n"
+os.write(1, line.encode())   # one write: the two ranks' lines never interleave
 dist.destroy_process_group()
 """
 
