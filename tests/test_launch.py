@@ -6,6 +6,7 @@ is importable because pytest puts tests/ on sys.path, and ranks get the parent's
 
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -53,6 +54,7 @@ def sleep_on_rank_one(ctx, seconds):
 
 def die_on_rank_one(ctx, how):
     if ctx.rank == 1:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))   # abort leaves no core file
         {"exit": lambda: os._exit(3), "abort": os.abort,
          "kill": lambda: os.kill(os.getpid(), signal.SIGKILL)}[how]()
     dist.all_reduce(torch.ones(1))   # rank 0 sees "Connection closed by peer"
