@@ -38,6 +38,7 @@ def begin(world_size: int = 1, backend: str = "auto"):
     """Print the mode, the hardware found and the backend this lab will use; return it.
 
     Returns a ``hardware.Setup`` (backend, device type, world size and the reason).
+    With several ranks it also starts ``launch.warm_up()`` so the first launch is quick.
     """
     import torch
 
@@ -48,4 +49,9 @@ def begin(world_size: int = 1, backend: str = "auto"):
         f"PyTorch {torch.__version__} (built for CUDA {torch.version.cuda or 'none'})"
         f", {hardware.cpu_count()} CPU core(s) available"
     )
-    return hardware.choose(world_size, backend)
+    setup = hardware.choose(world_size, backend)
+    if world_size > 1:   # start the rank factory in the background: launches are quick
+        from labkit import launch
+
+        launch.warm_up()
+    return setup
