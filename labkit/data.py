@@ -14,6 +14,8 @@ import torch
 from torchvision import datasets, transforms
 from torchvision.datasets.utils import check_integrity
 
+from labkit import hardware
+
 __all__ = [
     "DataError",
     "MEAN",
@@ -156,6 +158,7 @@ class DeviceData:
         cls, train: bool = True, device="cpu", limit: int | None = None, root=None
     ):
         """Load a split onto ``device``, normalized like ``classic_transform``."""
+        device = hardware.as_device(device)
         split = mnist(train, root)
         pixels, labels = split.data[:limit], split.targets[:limit]  # (N, 28, 28) uint8
         images = pixels.unsqueeze(1).to(device).float().div_(255).sub_(MEAN).div_(STD)

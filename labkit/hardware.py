@@ -15,7 +15,15 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-__all__ = ["Setup", "BACKENDS", "choose", "cpu_count", "report", "print_report"]
+__all__ = [
+    "Setup",
+    "BACKENDS",
+    "choose",
+    "as_device",
+    "cpu_count",
+    "report",
+    "print_report",
+]
 
 BACKENDS = ("auto", "nccl", "gloo")
 
@@ -112,6 +120,35 @@ def choose(world_size: int = 1, backend: str = "auto", verbose: bool = True) -> 
             f"- {setup.reason}"
         )
     return setup
+
+
+def as_device(device) -> torch.device:
+    """Turn "cpu", "cuda", "cuda:N" or a torch.device into one this machine has.
+
+    Raises ValueError, with what to pass instead, for unknown strings, for GPUs
+    that are not there, and for "cpu:1" (PyTorch has one CPU device, not several).
+    """
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(
+            f"Unknown device {device!r}: use 'cpu', 'cuda' or 'cuda:N'."
+        ) from err
+    found = torch.cuda.device_count()
+    if parsed.type == "cuda" and (parsed.index or 0) >= found:
+        choices = "'cpu'" + (f" or 'cuda:0' to 'cuda:{found - 1}'" if found else "")
+        raise ValueError(
+            f"Device {device!r} asked for, but this machine has {found} GPU(s). "
+            f"Use {choices}; `labkit doctor` shows what PyTorch sees."
+        )
+    if parsed.type == "cpu" and parsed.index not in (None, 0):
+        raise ValueError(
+            f"{device!r} is not a second device: PyTorch puts every CPU "
+            "tensor on 'cpu'. For two CPU workers, launch two ranks."
+        )
+    if parsed.type not in ("cpu", "cuda"):
+        raise ValueError(f"The labs run on 'cpu' or 'cuda', got {device!r}.")
+    return parsed
 
 
 def _run(cmd: list[str]) -> str | None:

@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from labkit import hardware
+
 __all__ = ["train_step", "evaluate", "History", "fit", "LivePlot", "synchronize"]
 
 
@@ -75,6 +77,7 @@ def fit(
     (``DeviceData.batches`` or a DataLoader); ``test_batches()`` likewise for testing.
     ``max_steps`` stops each epoch early (quick mode, fair side-by-side timings).
     """
+    device = hardware.as_device(device)
     history, live = History(), LivePlot() if plot else None
     model.train()
     for epoch in range(epochs):

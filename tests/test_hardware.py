@@ -1,5 +1,7 @@
 """Tests for labkit.hardware and labkit.mode: the report and the backend choice."""
 
+import re
+
 import pytest
 import torch
 
@@ -78,3 +80,35 @@ def test_quick_mode(monkeypatch, capsys):
     monkeypatch.setenv("LABKIT_QUICK", "0")
     assert not mode.is_quick() and mode.pick(100, 5) == 100
     assert "Mode: FULL" in mode.describe()
+
+
+@pytest.mark.parametrize(
+    "device, message",
+    [
+        ("gpu", "Unknown device 'gpu': use 'cpu', 'cuda' or 'cuda:N'"),
+        (f"cuda:{torch.cuda.device_count()}", "asked for, but this machine has"),
+        ("cpu:1", "not a second device"),
+        ("meta", "run on 'cpu' or 'cuda'"),
+    ],
+)
+def test_bad_device_strings_are_explained(device, message):
+    """Do unknown, absent and fake-second devices get a clear error, not torch's?"""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        hardware.as_device(device)
+
+
+def test_good_device_strings():
+    """Are 'cpu', 'cpu:0' and torch.device('cpu') accepted?"""
+    for device in ("cpu", "cpu:0", torch.device("cpu")):
+        assert hardware.as_device(device).type == "cpu"
+
+
+def test_data_and_fit_refuse_an_absent_gpu(mnist_root):
+    """Do DeviceData and fit check the device before any work?"""
+    from labkit import data, train
+
+    absent = f"cuda:{torch.cuda.device_count()}"
+    with pytest.raises(ValueError, match="asked for, but this machine has"):
+        data.DeviceData.mnist(train=False, device=absent, limit=4, root=mnist_root)
+    with pytest.raises(ValueError, match="Unknown device"):
+        train.fit(None, None, None, 1, None, device="tpu0", plot=False)
