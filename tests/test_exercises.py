@@ -18,16 +18,15 @@ ROOT = Path(__file__).resolve().parents[1]
 NAMES = sorted(p.name for p in (ROOT / "solutions").glob("*.ipynb"))
 
 
-def _run(source: str, namespace: dict) -> None:
-    """Execute a cell's source, skipping IPython magics and shell lines."""
+def _run(source: str, namespace: dict) -> str:
+    """Execute a cell's source, skipping IPython magics and shell lines; return stdout."""
     lines = [
         line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))
     ]
-    with (
-        contextlib.redirect_stdout(io.StringIO()),
-        contextlib.redirect_stderr(io.StringIO()),
-    ):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
         exec(compile("\n".join(lines), "<cell>", "exec"), namespace)
+    return out.getvalue()
 
 
 def _exercises(path: Path):
@@ -60,7 +59,7 @@ def test_checks_pass_on_solution(name):
     _run(setup, namespace)
     for exercise, check in pairs:
         _run(exercise, namespace)
-        _run(check, namespace)
+        assert "✅" in _run(check, namespace), f"no pass line from {check!r}"
 
 
 @pytest.mark.parametrize("name", NAMES)
