@@ -21,13 +21,12 @@ def _batches_per_second(batches, count: int, warmup: int = 10) -> float:
     start = time.perf_counter()
     for _ in range(count):
         images, _labels = next(iterator)
-    images.sum().item()   # make sure the last batch really exists
+    images.sum().item()  # make sure the last batch really exists
     return count / (time.perf_counter() - start)
 
 
-def data_loading(count: int = 300) -> float:
-    """Compare batches/s: device-resident fast path vs DataLoader (batch 64, 1 worker)."""
-    torch.set_num_threads(1)   # one core each side: the DataLoader worker gets the other
+def _both_paths(count: int) -> tuple[float, float]:
+    """Return batches/s of the DataLoader and of the fast path, printing each."""
     print(f"Timing {count} batches of 64 MNIST images each way, on the CPU.")
     loader = data.dataloader(train=True, batch_size=64, num_workers=1)
     slow = _batches_per_second(loader, count)
@@ -35,6 +34,21 @@ def data_loading(count: int = 300) -> float:
     fast_data = data.DeviceData.mnist(train=True)
     fast = _batches_per_second(fast_data.batches(64), count)
     print(f"fast path (tensors in memory, shuffled index): {fast:,.0f} batches/s")
+    return slow, fast
+
+
+def data_loading(count: int = 300) -> float:
+    """Compare batches/s: fast path vs DataLoader (batch 64, 1 worker), in one run.
+
+    Runs with one thread, so the DataLoader's worker has the other core; the
+    caller's thread count is restored afterwards.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        slow, fast = _both_paths(count)
+    finally:
+        torch.set_num_threads(threads)
     ratio = fast / slow
     print(f"fast path vs DataLoader: {ratio:.1f}x")
     return ratio
@@ -61,13 +75,19 @@ def ddp_scaling() -> float:
     return ddp_bench.ddp_scaling()
 
 
-BENCHMARKS = {"launch": launch_cost, "ddp": ddp_scaling, "pipeline": pipeline_bubble,
-              "data": data_loading}
+BENCHMARKS = {
+    "launch": launch_cost,
+    "ddp": ddp_scaling,
+    "pipeline": pipeline_bubble,
+    "data": data_loading,
+}
 
 
 def run(name: str):
     """Run the benchmark called ``name``; an unknown name lists the valid ones."""
     if name not in BENCHMARKS:
-        raise ValueError(f"Unknown benchmark {name!r}: choose one of "
-                         f"{', '.join(sorted(BENCHMARKS))}.")
+        raise ValueError(
+            f"Unknown benchmark {name!r}: choose one of "
+            f"{', '.join(sorted(BENCHMARKS))}."
+        )
     return BENCHMARKS[name]()

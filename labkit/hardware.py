@@ -87,39 +87,45 @@ def choose(world_size: int = 1, backend: str = "auto", verbose: bool = True) -> 
         setup = Setup(
             "gloo", "cpu", world_size, "gloo asked for: ranks are CPU processes"
         )
-    elif found >= world_size and have_nccl:
-        setup = Setup(
-            "nccl",
-            "cuda",
-            world_size,
-            f"{found} GPU(s) found, {world_size} rank(s) wanted: one GPU per "
-            "rank, NCCL between them",
-        )
     else:
-        why = (
-            "this PyTorch has no NCCL"
-            if found and not have_nccl
-            else f"{found} GPU(s) found, {world_size} rank(s) wanted"
-        )
-        setup = Setup(
-            "gloo",
-            "cpu",
-            world_size,
-            f"{why}: ranks run as CPU processes with gloo (same code, "
-            "slower; the lab says where numbers differ from GPUs)",
-        )
-    if verbose and world_size == 1:
+        setup = _auto(found, world_size, have_nccl)
+    if verbose:
+        _announce(setup, found)
+    return setup
+
+
+def _auto(found: int, world_size: int, have_nccl: bool) -> Setup:
+    """Pick NCCL with one GPU per rank when there are enough GPUs, else gloo on CPU."""
+    if found >= world_size and have_nccl:
+        why = f"{found} GPU(s) found, {world_size} rank(s) wanted: one GPU per rank"
+        return Setup("nccl", "cuda", world_size, why + ", NCCL between them")
+    why = (
+        "this PyTorch has no NCCL"
+        if found and not have_nccl
+        else f"{found} GPU(s) found, {world_size} rank(s) wanted"
+    )
+    return Setup(
+        "gloo",
+        "cpu",
+        world_size,
+        f"{why}: ranks run as CPU processes with gloo (same code, "
+        "slower; the lab says where numbers differ from GPUs)",
+    )
+
+
+def _announce(setup: Setup, found: int) -> None:
+    """Print the one line that says what was chosen and why."""
+    if setup.world_size == 1:
+        where = ", using the first" if setup.device_type == "cuda" else ": one process"
         print(
-            f"Device: {setup.device_type} - {found} GPU(s) found"
-            f"{', using the first' if setup.device_type == 'cuda' else ': one process'}"
+            f"Device: {setup.device_type} - {found} GPU(s) found{where}"
             " (multi-process labs print their backend when they start)"
         )
-    elif verbose:
+    else:
         print(
-            f"Backend: {setup.backend} on {setup.device_type}, {world_size} rank(s) "
-            f"- {setup.reason}"
+            f"Backend: {setup.backend} on {setup.device_type}, {setup.world_size} "
+            f"rank(s) - {setup.reason}"
         )
-    return setup
 
 
 def as_device(device) -> torch.device:

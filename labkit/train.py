@@ -83,20 +83,13 @@ def fit(
     for epoch in range(epochs):
         synchronize(device)
         start = time.perf_counter()
-        batches = make_batches(epoch)
-        total = len(batches) if hasattr(batches, "__len__") else None
-        if max_steps is not None:
-            total = min(total, max_steps) if total else max_steps
-        bar = tqdm(
-            batches, desc=f"epoch {epoch + 1}/{epochs}", leave=False, total=total
-        )
+        bar = _progress(make_batches(epoch), max_steps, f"epoch {epoch + 1}/{epochs}")
         for step, (images, labels) in enumerate(bar):
             if max_steps is not None and step >= max_steps:
                 break
             images, labels = images.to(device, non_blocking=True), labels.to(device)
-            history.losses.append(
-                train_step(model, images, labels, optimizer, autocast)
-            )
+            loss = train_step(model, images, labels, optimizer, autocast)
+            history.losses.append(loss)
             history.images += len(labels)
             if scheduler is not None:
                 scheduler.step()
@@ -114,6 +107,14 @@ def fit(
         f"test accuracy {history.accuracies[-1]:.2%}"
     )
     return history
+
+
+def _progress(batches, max_steps: int | None, desc: str):
+    """Wrap ``batches`` in a tqdm bar whose total is known when it can be."""
+    total = len(batches) if hasattr(batches, "__len__") else None
+    if max_steps is not None:
+        total = min(total, max_steps) if total else max_steps
+    return tqdm(batches, desc=desc, leave=False, total=total)
 
 
 class LivePlot:

@@ -18,10 +18,19 @@ def _shipped_raw() -> Path:
     from labkit import data
 
     raw = data.data_root() / "MNIST" / "raw"
-    if not all((raw / f"{stem}-ubyte.gz").exists() for stem in
-               ("train-images-idx3", "train-labels-idx1", "t10k-images-idx3", "t10k-labels-idx1")):
-        pytest.fail(f"MNIST .gz files are not in {raw}: run `labkit data prepare` "
-                    "(make test does) or copy them there.")
+    if not all(
+        (raw / f"{stem}-ubyte.gz").exists()
+        for stem in (
+            "train-images-idx3",
+            "train-labels-idx1",
+            "t10k-images-idx3",
+            "t10k-labels-idx1",
+        )
+    ):
+        pytest.fail(
+            f"MNIST .gz files are not in {raw}: run `labkit data prepare` "
+            "(make test does) or copy them there."
+        )
     return raw
 
 
@@ -38,6 +47,7 @@ def mnist_root(tmp_path) -> Path:
 # Notebook hardware: nbval runs every cell of solutions/*.ipynb; a notebook whose
 # metadata.labkit asks for more GPUs than this machine has is skipped, saying why.
 
+
 def _hardware_skip_reason(path: Path, found: int) -> str | None:
     """Return why a notebook cannot run with ``found`` GPUs, or None when it can."""
     import json
@@ -45,10 +55,14 @@ def _hardware_skip_reason(path: Path, found: int) -> str | None:
     needs = json.loads(path.read_text()).get("metadata", {}).get("labkit", {})
     min_gpus, cpu_ok = int(needs.get("min_gpus", 0)), bool(needs.get("cpu_ok", True))
     if min_gpus > found:
-        return (f"{path.name} needs {min_gpus} GPU(s) (metadata.labkit.min_gpus), "
-                f"this machine has {found}")
+        return (
+            f"{path.name} needs {min_gpus} GPU(s) (metadata.labkit.min_gpus), "
+            f"this machine has {found}"
+        )
     if not cpu_ok and found == 0:
-        return f"{path.name} is GPU-only (metadata.labkit.cpu_ok is false), no GPU found"
+        return (
+            f"{path.name} is GPU-only (metadata.labkit.cpu_ok is false), no GPU found"
+        )
     return None
 
 
@@ -59,7 +73,7 @@ def pytest_collection_modifyitems(config, items):
         return
     import torch
 
-    found = torch.cuda.device_count()   # NVML only: does not initialise CUDA here
+    found = torch.cuda.device_count()  # NVML only: does not initialise CUDA here
     reasons = {path: _hardware_skip_reason(path, found) for path in notebooks}
     for item in items:
         reason = reasons.get(Path(str(item.path)))

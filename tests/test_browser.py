@@ -12,7 +12,6 @@ Chromium: `apt-get install -y chromium` (.ci/run does it when missing).
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess

@@ -19,7 +19,7 @@ NAMES = sorted(p.name for p in (ROOT / "solutions").glob("*.ipynb"))
 
 
 def _run(source: str, namespace: dict) -> str:
-    """Execute a cell's source, skipping IPython magics and shell lines; return stdout."""
+    """Execute a cell (skipping IPython magics and shell lines); return its stdout."""
     lines = [
         line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))
     ]
