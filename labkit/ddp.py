@@ -24,7 +24,6 @@ __all__ = [
     "train",
     "reference",
     "internals",
-    "max_difference",
 ]
 
 
@@ -168,18 +167,6 @@ def reference(cfg: TrainConfig, threads: int | None = None, device="cpu") -> dic
     finally:
         torch.set_num_threads(before)
     return _result(model, cfg, losses, seconds, 0, True)
-
-
-def max_difference(state_a: dict, state_b: dict) -> float:
-    """Return the largest absolute difference between two state_dicts' tensors."""
-    if state_a.keys() != state_b.keys():
-        raise ValueError(
-            f"The state_dicts hold different names: "
-            f"{sorted(state_a.keys() ^ state_b.keys())[:4]}..."
-        )
-    return max(
-        (state_a[k].float() - state_b[k].float()).abs().max().item() for k in state_a
-    )
 
 
 def _record_hook(record: list, bucket):

@@ -6,7 +6,7 @@ across devices. Both are ``nn.Sequential`` so that slicing keeps parameter names
 
 from torch import nn
 
-__all__ = ["small_cnn", "deep_mlp", "count_parameters"]
+__all__ = ["small_cnn", "deep_mlp", "count_parameters", "max_difference"]
 
 
 def small_cnn() -> nn.Sequential:
@@ -46,3 +46,26 @@ def deep_mlp(
 def count_parameters(model: nn.Module) -> int:
     """Return the number of trainable parameters (gradients and Adam states too)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def max_difference(want: dict, got: dict) -> float:
+    """Return the largest absolute gap between two {name: tensor} dicts.
+
+    For parameters, gradients or state_dicts, on any devices and dtypes; raises
+    ValueError naming what is missing or unexpected when the names differ.
+    """
+    if want.keys() != got.keys():
+        missing, extra = (
+            sorted(want.keys() - got.keys()),
+            sorted(got.keys() - want.keys()),
+        )
+        raise ValueError(
+            f"The dicts hold different names: missing {missing}, unexpected {extra}."
+        )
+    return max(
+        (want[k].detach().cpu().double() - got[k].detach().cpu().double())
+        .abs()
+        .max()
+        .item()
+        for k in want
+    )

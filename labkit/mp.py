@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from labkit import models, pipeline, timeline
 from labkit.pipeline_run import StageRunner, split_stages
 
-__all__ = ["CONFIG", "reference", "max_difference", "model_parallel",
+__all__ = ["CONFIG", "reference", "model_parallel",
            "pipeline_parallel"]
 
 CONFIG = {"num_layers": 8, "width": 256, "batch": 64, "seed": 0, "steps": 3,
@@ -44,15 +44,6 @@ def reference(cfg: dict = CONFIG) -> dict:
     loss.backward()
     grads = {name: p.grad for name, p in model.named_parameters()}
     return {"logits": logits.detach(), "loss": loss.item(), "grads": grads}
-
-
-def max_difference(want: dict, got: dict) -> float:
-    """Return the largest absolute difference between two {name: tensor} dicts."""
-    if set(want) != set(got):
-        missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
-        raise ValueError(f"Parameter names differ: missing {missing}, unexpected "
-                         f"{extra}.")
-    return max((want[k].cpu() - got[k].cpu()).abs().max().item() for k in want)
 
 
 def _my_stage(ctx, cfg: dict):

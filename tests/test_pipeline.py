@@ -189,7 +189,7 @@ def test_explorer_redraws_and_reports_bad_choices(capsys):
 def test_max_difference_names_mismatch():
     """Does comparing different parameter sets name what is missing?"""
     with pytest.raises(ValueError, match=r"missing \['b'\]"):
-        mp.max_difference({"a": torch.zeros(1), "b": torch.zeros(1)},
+        models.max_difference({"a": torch.zeros(1), "b": torch.zeros(1)},
                           {"a": torch.zeros(1)})
 
 
@@ -202,7 +202,7 @@ def test_model_parallel_on_two_ranks():
     ranks = launch.run(mp.model_parallel, world_size=2, args=(SMALL,), timeout=60)
     whole = mp.reference(SMALL)
     grads = {**ranks[0]["grads"], **ranks[1]["grads"]}
-    assert mp.max_difference(whole["grads"], grads) < 1e-6
+    assert models.max_difference(whole["grads"], grads) < 1e-6
     assert torch.allclose(whole["logits"], ranks[1]["logits"], atol=1e-6)
     events = ranks[0]["events"] + ranks[1]["events"]
     assert len(events) == 2 * 2 * SMALL["steps"]
@@ -219,12 +219,12 @@ def test_pipeline_parallel_on_two_ranks():
         for m in SMALL["microbatch_counts"]:
             runs = [r["scratch"][name][m] for r in ranks]
             grads = {k: v for run in runs for k, v in run["grads"].items()}
-            assert mp.max_difference(whole["grads"], grads) < 1e-6, (name, m)
+            assert models.max_difference(whole["grads"], grads) < 1e-6, (name, m)
     assert [r["scratch"]["gpipe"][4]["peak_held"] for r in ranks] == [4, 4]
     assert [r["scratch"]["1f1b"][4]["peak_held"] for r in ranks] == [2, 1]
     for key, result in ranks[0]["torch"].items():
         grads = {**result["grads"], **ranks[1]["torch"][key]["grads"]}
-        assert mp.max_difference(whole["grads"], grads) < 1e-6, key
+        assert models.max_difference(whole["grads"], grads) < 1e-6, key
         assert ranks[1]["torch"][key]["loss"] == pytest.approx(whole["loss"], rel=1e-5)
 
 
