@@ -40,7 +40,8 @@ def test_ddp_differs_from_a_wrong_reference():
     """Would the equality test notice a different run (another learning rate)?"""
     cfg = ddp.TrainConfig(steps=4, global_batch=16, synthetic=64, warmup=1)
     other = ddp.TrainConfig(steps=4, global_batch=16, synthetic=64, warmup=1, lr=0.1)
-    gap = models.max_difference(ddp.reference(cfg)["state"], ddp.reference(other)["state"])
+    first, second = ddp.reference(cfg)["state"], ddp.reference(other)["state"]
+    gap = models.max_difference(first, second)
     assert gap > 100 * TOLERANCE
 
 
