@@ -12,9 +12,8 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
-from labkit import launch
+from labkit import launch, train
 
 __all__ = ["time_to_ready", "launch_cost", "images_per_second", "ddp_scaling"]
 
@@ -60,12 +59,6 @@ def launch_cost(world_size: int = 2, repeats: int = 3) -> float:
     return ratio
 
 
-def _train_step(model, optimizer, images, labels) -> None:
-    optimizer.zero_grad(set_to_none=True)
-    F.cross_entropy(model(images), labels).backward()   # DDP all-reduces here
-    optimizer.step()
-
-
 def images_per_second(ctx, global_batch: int, steps: int, warmup: int,
                       sync: bool = True) -> tuple:
     """Train small_cnn on this rank's share of each global batch.
@@ -89,11 +82,11 @@ def images_per_second(ctx, global_batch: int, steps: int, warmup: int,
         model = DDP(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     for images, labels in batches[:warmup]:
-        _train_step(model, optimizer, images, labels)
+        train.train_step(model, images, labels, optimizer)  # DDP all-reduces inside
     dist.barrier()
     start, cpu_start = time.perf_counter(), time.process_time()
     for images, labels in batches[warmup:]:
-        _train_step(model, optimizer, images, labels)
+        train.train_step(model, images, labels, optimizer)  # DDP all-reduces inside
     dist.barrier()   # the step is done when the slowest rank is done
     wall = time.perf_counter() - start
     return global_batch * steps / wall, (time.process_time() - cpu_start) / wall
