@@ -24,6 +24,7 @@ __all__ = [
     "prepare",
     "mnist",
     "classic_transform",
+    "random_batch",
     "dataloader",
     "DeviceData",
     "Batches",
@@ -119,6 +120,18 @@ def classic_transform():
     return transforms.Compose(
         [transforms.ToTensor(), transforms.Normalize((MEAN,), (STD,))]
     )
+
+
+def random_batch(size: int, seed: int, device="cpu"):
+    """Return a seeded batch of random (size, 1, 28, 28) images and labels 0-9.
+
+    For equality proofs where the data does not matter (same seed, same batch on
+    every rank); never a stand-in for missing MNIST.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    images = torch.randn(size, 1, 28, 28, generator=gen)
+    labels = torch.randint(0, 10, (size,), generator=gen)
+    return images.to(device), labels.to(device)
 
 
 def dataloader(

@@ -76,10 +76,7 @@ def collectives(ctx) -> dict:
 def _dataset(cfg: TrainConfig, device):
     """Return (images, labels) on ``device``: MNIST, or noise if ``synthetic``."""
     if cfg.synthetic:
-        gen = torch.Generator().manual_seed(cfg.seed + 1)
-        images = torch.randn(cfg.synthetic, 1, 28, 28, generator=gen)
-        labels = torch.randint(0, 10, (cfg.synthetic,), generator=gen)
-        return images.to(device), labels.to(device)
+        return data.random_batch(cfg.synthetic, cfg.seed + 1, device)
     split = data.DeviceData.mnist(train=True, device=device, limit=cfg.limit)
     return split.images, split.labels
 
@@ -181,12 +178,6 @@ def _record_hook(record: list, bucket):
     return default_hooks.allreduce_hook(None, bucket).then(done)
 
 
-def _batch(ctx, size: int, seed: int):
-    gen = torch.Generator().manual_seed(seed)
-    images = torch.randn(size, 1, 28, 28, generator=gen).to(ctx.device)
-    return images, torch.randint(0, 10, (size,), generator=gen).to(ctx.device)
-
-
 def _buckets(ctx, cap_mb: float | None, steps: int = 8) -> dict:
     """Count DDP's buckets (MB), time a step, and measure overlap for one cap.
 
@@ -204,7 +195,7 @@ def _buckets(ctx, cap_mb: float | None, steps: int = 8) -> dict:
     record: list = []
     model.register_comm_hook(record, _record_hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    images, labels = _batch(ctx, 64, ctx.rank)
+    images, labels = data.random_batch(64, ctx.rank, ctx.device)
     for step in range(steps):
         if step == 2:  # buckets are rebuilt after the first step; time after
             start = time.perf_counter()
@@ -233,7 +224,7 @@ def _no_sync(ctx, accumulation: int, micro_batch: int = 8) -> dict:
     model = _ddp(models.small_cnn().to(ctx.device), ctx)
     record: list = []
     model.register_comm_hook(record, _record_hook)
-    images, labels = _batch(ctx, accumulation * micro_batch, ctx.rank)
+    images, labels = data.random_batch(accumulation * micro_batch, ctx.rank, ctx.device)
     micro = list(zip(images.split(micro_batch), labels.split(micro_batch)))
     calls = {}
     for use_no_sync in (False, True):

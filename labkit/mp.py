@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from labkit import models, pipeline, timeline
+from labkit import data, models, pipeline, timeline, train
 from labkit.pipeline_run import StageRunner, split_stages
 
 __all__ = ["CONFIG", "reference", "model_parallel",
@@ -29,10 +29,7 @@ def _model(cfg: dict):
 
 
 def _batch(cfg: dict, device):
-    gen = torch.Generator().manual_seed(cfg["seed"] + 1)
-    images = torch.randn(cfg["batch"], 1, 28, 28, generator=gen)
-    labels = torch.randint(0, 10, (cfg["batch"],), generator=gen)
-    return images.to(device), labels.to(device)
+    return data.random_batch(cfg["batch"], cfg["seed"] + 1, device)
 
 
 def reference(cfg: dict = CONFIG) -> dict:
@@ -101,8 +98,7 @@ def _serve(ctx, stage, cfg: dict) -> list[float]:
             dist.send(out, dst=0)   # the answer goes back to the rank that was asked
         if first and not last:
             _recv((1, 10), ctx.world_size - 1, ctx.device)   # the answer comes back
-        if ctx.device.type == "cuda":
-            torch.cuda.synchronize(ctx.device)
+        train.synchronize(ctx.device)
         latencies.append((time.perf_counter() - start) * 1e3)
     return latencies if first else []
 

@@ -114,3 +114,13 @@ def test_gz_files_are_real_idx(mnist_root):
     """Are the shipped files the real IDX data (magic number 2049 for labels)?"""
     with gzip.open(mnist_root / "MNIST" / "raw" / "t10k-labels-idx1-ubyte.gz") as f:
         assert int.from_bytes(f.read(4), "big") == 2049
+
+
+def test_random_batch_is_seeded():
+    """Does random_batch give the same batch for the same seed, another for another?"""
+    images, labels = data.random_batch(5, seed=3)
+    again, _ = data.random_batch(5, seed=3)
+    other, _ = data.random_batch(5, seed=4)
+    assert images.shape == (5, 1, 28, 28) and labels.shape == (5,)
+    assert int(labels.min()) >= 0 and int(labels.max()) <= 9
+    assert torch.equal(images, again) and not torch.equal(images, other)
