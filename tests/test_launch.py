@@ -4,6 +4,7 @@ The workers below live at module level so that ranks can import them (``test_lau
 is importable because pytest puts tests/ on sys.path, and ranks get the parent's).
 """
 
+import functools
 import os
 import re
 import resource
@@ -90,6 +91,37 @@ def write_pid_then_sleep(ctx, folder):
 
 def helper_not_a_worker(ctx):
     return "the one the module defines"
+
+
+def _note_pid(folder, worker_id):
+    with open(os.path.join(folder, f"loader{os.getpid()}.pid"), "w") as f:
+        f.write(str(os.getpid()))
+
+
+def with_dataloader_workers(ctx, folder, then):
+    """Start DataLoader(num_workers=2) on every rank, then: return, raise or sleep."""
+    dataset = torch.utils.data.TensorDataset(torch.arange(64.0))
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=8, num_workers=2, persistent_workers=True,
+        worker_init_fn=functools.partial(_note_pid, folder))
+    total = sum(batch[0].sum().item() for batch in loader)   # workers now exist
+    if then == "raise" and ctx.rank == 1:
+        raise ValueError("rank one fails while its workers are alive")
+    if then == "sleep":
+        with open(os.path.join(folder, f"rank{ctx.rank}.pid"), "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(600)
+    dist.barrier()
+    return total
+
+
+def spin_forever(ctx):
+    while True:   # never enters a collective: only the deadline can end it
+        pass
+
+
+def raise_own_timeout(ctx, error):
+    raise error
 
 
 # ---------------------------------------------------------------- helpers
@@ -240,7 +272,22 @@ def test_spawn_start_method_works_too(monkeypatch):
 # ---------------------------------------------------------------- interrupt
 
 
-def test_interrupt_terminates_every_rank(server):
+@pytest.fixture
+def sigint_raises_keyboardinterrupt():
+    """Make SIGINT raise KeyboardInterrupt here, as a Jupyter kernel does while a cell runs.
+
+    Python installs that handler at start-up only if SIGINT was not ignored. A CI
+    runner that starts the suite as a background job (no job control) hands it
+    SIGINT ignored, so ``os.kill(pid, SIGINT)`` did nothing and the launch ran into
+    its 63 s watchdog: that was CI's red. ipykernel sets this same handler around
+    every cell (kernelbase.pre_handler_hook), whatever it inherited.
+    """
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_interrupt_terminates_every_rank(server, sigint_raises_keyboardinterrupt):
     """Does KeyboardInterrupt in the parent stop every rank, leaving no process?"""
     before, launching = _descendants(), threading.Event()
 
@@ -431,6 +478,7 @@ def test_init_from_env_joins_a_one_rank_group(monkeypatch):
 # ---------------------------------------------------------------- GPUs (else skipped)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_nccl_ranks_get_their_own_gpu():
     """Does each NCCL rank get cuda:<rank>, even after the parent initialised CUDA?"""
@@ -469,22 +517,155 @@ def test_same_worker_runs_unchanged_under_torchrun(tmp_path):
     assert all("'backend': 'gloo'" in line for line in results)
 
 
-# ------------------------------------------------------------- benchmarks, tiny sizes
+# ---------------------------------------------------------------- reliability (issue 9)
 
 
-def test_bench_launch_prints_its_ratio_last(capsys):
-    """Does `labkit bench launch` end with the launch-vs-import-torch ratio?"""
-    from labkit import ddp_bench
-
-    ratio = ddp_bench.launch_cost(repeats=1)
-    last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert last == f"launch vs import torch: {ratio:.2f}x" and ratio > 0
+def _pids(folder, pattern) -> list[int]:
+    return [int(p.read_text()) for p in folder.glob(pattern) if p.read_text()]
 
 
-def test_bench_ddp_prints_its_ratio_last(capsys):
-    """Does `labkit bench ddp` end with the 2-ranks-vs-1 ratio?"""
-    from labkit import ddp_bench
+def _gone_within(pids, seconds=10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not any(_alive(pid) for pid in pids)
 
-    ratio = ddp_bench.ddp_scaling(global_batch=32, steps=3, warmup=1, repeats=1)
-    last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert last == f"ddp 2 ranks vs 1 rank: {ratio:.2f}x" and ratio > 0
+
+def test_ranks_can_start_dataloader_workers(tmp_path):
+    """Can a rank build DataLoader(num_workers=2), and are its workers gone after?"""
+    results = run_gloo(with_dataloader_workers, 2, args=(str(tmp_path), "return"))
+    assert results == [sum(range(64))] * 2
+    workers = _pids(tmp_path, "loader*.pid")
+    assert len(workers) == 4   # 2 ranks x 2 workers really started
+    assert _gone_within(workers)
+
+
+def test_rank_error_leaves_no_dataloader_worker(tmp_path):
+    """When a rank raises while its DataLoader workers live, are they all ended?"""
+    with pytest.raises(launch.WorkerError, match="Rank 1 raised ValueError"):
+        run_gloo(with_dataloader_workers, 2, args=(str(tmp_path), "raise"), timeout=20)
+    workers = _pids(tmp_path, "loader*.pid")
+    assert len(workers) == 4 and _gone_within(workers, 5.0)
+
+
+def test_interrupt_leaves_no_dataloader_worker(tmp_path, sigint_raises_keyboardinterrupt):
+    """Does an interrupt end the ranks' DataLoader workers too?"""
+    def interrupt_when_ranks_sleep():
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("rank*.pid"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_when_ranks_sleep, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_gloo(with_dataloader_workers, 2, args=(str(tmp_path), "sleep"), timeout=60)
+    pids = _pids(tmp_path, "*.pid")
+    assert len(pids) == 6 and _gone_within(pids, 5.0)   # 2 ranks, 4 workers
+
+
+def test_kernel_death_leaves_no_dataloader_worker(tmp_path):
+    """When the parent is SIGKILLed, do the ranks and their DataLoader workers exit?"""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import test_launch; "
+            "from labkit import launch; "
+            "launch.run(test_launch.with_dataloader_workers, 2, "
+            "args=(sys.argv[2], 'sleep'), backend='gloo')")
+    parent = subprocess.Popen([sys.executable, "-c", code, os.path.dirname(__file__),
+                               str(tmp_path)], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("rank*.pid"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pids = _pids(tmp_path, "*.pid")
+        assert len(pids) == 6, "the ranks and their workers never all started"
+    finally:
+        parent.kill()
+        parent.wait()
+    assert _gone_within(pids, 15.0)
+
+
+def test_interrupting_a_kernel_stops_the_ranks(tmp_path):
+    """In a real Jupyter kernel, does 'interrupt' end the cell and every rank?"""
+    jupyter_client = pytest.importorskip("jupyter_client")
+    manager = jupyter_client.KernelManager(kernel_name="python3")
+    manager.start_kernel(cwd=str(tmp_path))
+    client = manager.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        code = (f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+                "import test_launch\nfrom labkit import launch\n"
+                "launch.run(test_launch.write_pid_then_sleep, 2, "
+                f"args=({str(tmp_path)!r},), backend='gloo')")
+        msg_id = client.execute(code)
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("rank*.pid"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pids = _pids(tmp_path, "rank*.pid")
+        assert len(pids) == 2, "the ranks never started"
+        manager.interrupt_kernel()
+        reply = client.get_shell_msg(timeout=30)
+        assert reply["parent_header"]["msg_id"] == msg_id
+        assert reply["content"]["status"] == "error"
+        assert reply["content"]["ename"] == "KeyboardInterrupt"
+        assert _gone_within(pids, 5.0)
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+def test_absurd_world_size_is_refused_before_starting(server):
+    """On a small machine, are 64 CPU ranks refused, naming the limit and override?"""
+    before = _descendants()
+    limit = launch.RANKS_PER_CORE * launch.hardware.cpu_count()
+    with pytest.raises(launch.LaunchError,
+                       match=f"over the limit of {limit} threads.*allow_oversubscription"):
+        run_gloo(rank_and_sum, world_size=limit + 1, args=(0,))
+    assert _descendants() == before
+
+
+def test_ranks_beyond_memory_are_refused(monkeypatch, server):
+    """Is a launch whose ranks would not fit in the memory available refused?"""
+    monkeypatch.setattr(launch.hardware, "memory_available_bytes", lambda: 2**29)
+    with pytest.raises(launch.LaunchError, match="only 0.5 GiB of memory is available"):
+        run_gloo(rank_and_sum, world_size=2, args=(0,))
+
+
+def test_oversubscription_can_be_allowed_explicitly(monkeypatch):
+    """With allow_oversubscription=True, does a launch over the limit run?"""
+    monkeypatch.setattr(launch, "RANKS_PER_CORE", 0.25)
+    results = run_gloo(rank_and_sum, world_size=1, args=(0,),
+                       allow_oversubscription=True)
+    assert results[0]["sum"] == 0.0
+
+
+def test_ranks_that_never_finish_meet_the_deadline(capsys):
+    """Do ranks looping forever end at the deadline, each named with where it was?"""
+    start = time.monotonic()
+    with pytest.raises(launch.DeadlineExceeded, match="deadline of 4 s") as caught:
+        run_gloo(spin_forever, world_size=2, timeout=60, deadline=4, report_every=2)
+    assert time.monotonic() - start < 15
+    assert caught.value.ranks == [0, 1]
+    assert "rank 1: at test_launch.py" in str(caught.value)
+    assert "in spin_forever" in str(caught.value)
+    printed = capsys.readouterr().out   # the periodic line came before the end
+    assert "[launch] still running after 2 s" in printed
+    assert re.search(r"rank 0: running, at test_launch.py:\d+ in spin_forever", printed)
+
+
+def test_periodic_report_says_which_ranks_finished(capsys):
+    """While one rank works on, does the report say the other has finished?"""
+    run_gloo(sleep_on_rank_one, world_size=2, args=(2.5,), timeout=30, report_every=1)
+    printed = capsys.readouterr().out
+    assert "rank 0: finished" in printed
+    assert re.search(r"rank 1: running, at test_launch.py:\d+ in sleep_on_rank_one",
+                     printed)
+
+
+@pytest.mark.parametrize("error", [TimeoutError("timed out waiting for my queue"),
+                                   RuntimeError("Timed out: my own words")])
+def test_a_workers_own_timeout_text_is_not_a_collective_timeout(error):
+    """Is a worker's own error mentioning a timeout a WorkerError, not a timeout?"""
+    with pytest.raises(launch.WorkerError, match="Rank 0 raised") as caught:
+        run_gloo(raise_own_timeout, world_size=1, args=(error,))
+    assert not isinstance(caught.value, launch.CollectiveTimeout)
