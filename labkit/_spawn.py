@@ -4,11 +4,18 @@ Ranks are started by a ``forkserver``: one helper process that imports torch onc
 forks a fresh rank per request. It never touches CUDA, so its forks are CUDA-safe,
 and it lives until the Python that started it exits. Each rank gets two pipes: one
 for its result (or traceback), one on which the parent releases it when all are done.
+
+Ranks are *not* daemonic, so a worker may start children of its own (``DataLoader``
+workers). In exchange, nothing a rank starts may outlive it: ``stop`` ends each rank's
+whole process tree, and a rank whose parent dies ends its children before exiting.
+Each rank also dumps its Python stacks to a file when sent ``SIGUSR1`` (``faulthandler``),
+which is how the parent can say where a slow or stuck rank is.
 """
 
 import datetime
+import faulthandler
 import importlib
-import multiprocessing as mp
+import multiprocessing
 import os
 import pickle
 import signal
@@ -18,19 +25,22 @@ import traceback
 from dataclasses import dataclass
 from multiprocessing import connection
 
+import psutil
 import torch
 import torch.distributed as dist
 
 from labkit import hardware
 
-__all__ = ["RankContext", "RankSpec", "Rank", "import_worker", "start_rank", "stop",
-           "start_server"]
+__all__ = ["RankContext", "RankSpec", "Rank", "RANK_ENV", "import_worker",
+           "classify", "start_rank", "stop", "start_server", "stack_of"]
 
 # Imported once by the forkserver, so each rank starts with them already loaded.
 # torch._dynamo is what the first DistributedDataParallel(...) imports (about 2-3 s
 # per rank per launch otherwise); importing it leaves the server single-threaded.
 PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "labkit.launch"]
 STOP_S = 5.0   # seconds a rank gets to exit before it is killed
+RANK_ENV = "LABKIT_RANK"   # set inside every launched rank (labkit.data reads it)
+STACK_SIGNAL = signal.SIGUSR1
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,7 @@ class RankSpec:
     timeout: float
     threads_per_rank: int
     environ: dict
+    stack_folder: str   # each rank dumps its stacks to rank<N>.stacks in it
 
 
 def import_worker(module: str, qualname: str):
@@ -66,7 +77,37 @@ def import_worker(module: str, qualname: str):
     return found
 
 
+def classify(err: BaseException) -> str:
+    """Say what kind of failure ``err`` is, from its type and where it was raised.
+
+    "timeout": a rendezvous or collective waited past its timeout (``DistStoreError``,
+    or torch.distributed's own timeout error); "peer_gone": another rank's connection
+    closed under this one; "error": anything else, whatever its text says.
+    """
+    if isinstance(err, dist.DistStoreError):
+        return "timeout"
+    frames = traceback.extract_tb(err.__traceback__)
+    raised_by_torch = bool(frames) and f"torch{os.sep}distributed" in frames[-1].filename
+    if raised_by_torch and type(err) in (RuntimeError, dist.DistBackendError,
+                                         dist.DistNetworkError):
+        text = str(err)
+        if "Timed out" in text or "timed out" in text:   # gloo, NCCL, store
+            return "timeout"
+        if "Connection closed by peer" in text or "Connection reset by peer" in text:
+            return "peer_gone"
+    return "error"
+
+
 # ---------------------------------------------------------------- inside each rank
+
+def _end_children() -> None:
+    """Kill every process this one started (DataLoader workers), before we go."""
+    for child in psutil.Process().children(recursive=True):
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+
 
 def watch_parent(control) -> threading.Event:
     """Return an event set when the parent releases this rank; exit if it dies."""
@@ -76,6 +117,7 @@ def watch_parent(control) -> threading.Event:
         try:
             control.recv()
         except (EOFError, OSError):
+            _end_children()
             os._exit(1)   # the parent is gone: never outlive it
         released.set()
 
@@ -104,10 +146,13 @@ def send_by_value(results, message) -> None:
 
 
 def rank_main(spec: RankSpec, rank: int, results, control) -> None:
-    """Run one rank: send ("ok", result) or ("error", traceback), wait for release."""
+    """Run one rank: send ("ok", result) or (kind, traceback); wait for release."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent decides when ranks stop
     os.environ.clear()
     os.environ.update(spec.environ)   # the parent's environment now, not the server's
+    os.environ[RANK_ENV] = str(rank)
+    stacks = open(os.path.join(spec.stack_folder, f"rank{rank}.stacks"), "w")
+    faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True)
     released = watch_parent(control)
     try:
         worker = import_worker(spec.module, spec.qualname)
@@ -116,7 +161,7 @@ def rank_main(spec: RankSpec, rank: int, results, control) -> None:
     except BaseException as err:   # KeyboardInterrupt and SystemExit included
         frames = err.__traceback__.tb_next   # skip this launcher frame
         text = "".join(traceback.format_exception(type(err), err, frames))
-        send_by_value(results, ("error", text))
+        send_by_value(results, (classify(err), text))
     released.wait()   # keep the process group up until every rank is done
     if dist.is_initialized():
         dist.destroy_process_group()
@@ -130,9 +175,9 @@ def _context():
     ``LABKIT_START_METHOD=spawn`` forces a fresh interpreter per rank (slower).
     """
     method = os.environ.get("LABKIT_START_METHOD", "forkserver")
-    if method not in mp.get_all_start_methods() or method == "fork":
+    if method not in multiprocessing.get_all_start_methods() or method == "fork":
         method = "spawn"   # never fork the notebook: it may have touched CUDA
-    context = mp.get_context(method)
+    context = multiprocessing.get_context(method)
     if method == "forkserver":
         context.set_forkserver_preload(PRELOAD)
     return context
@@ -150,9 +195,10 @@ def start_server() -> None:
 class Rank:
     """The parent's handles on one rank."""
 
-    process: mp.process.BaseProcess
+    process: multiprocessing.process.BaseProcess
     results: connection.Connection
     control: connection.Connection
+    stacks: str   # the file its stack dumps go to
 
 
 def start_rank(spec: RankSpec, rank: int) -> Rank:
@@ -160,17 +206,36 @@ def start_rank(spec: RankSpec, rank: int) -> Rank:
     context = _context()
     results_in, results_out = context.Pipe(duplex=False)
     control_in, control_out = context.Pipe(duplex=False)
+    # Not daemonic: a rank may start DataLoader workers (daemonic processes may not
+    # have children). ``stop`` and the rank itself make sure none is left behind.
     process = context.Process(target=rank_main, name=f"labkit-rank-{rank}",
-                              args=(spec, rank, results_out, control_in), daemon=True)
+                              args=(spec, rank, results_out, control_in), daemon=False)
     process.start()
     results_out.close()   # the parent keeps only its own ends: EOF means "rank gone"
     control_in.close()
-    return Rank(process, results_in, control_out)
+    stacks = os.path.join(spec.stack_folder, f"rank{rank}.stacks")
+    return Rank(process, results_in, control_out, stacks)
+
+
+def _tree(ranks: list[Rank]) -> list[psutil.Process]:
+    """Return every live process below the ranks (their DataLoader workers, ...)."""
+    below = []
+    for rank in ranks:
+        try:
+            below += psutil.Process(rank.process.pid).children(recursive=True)
+        except (psutil.Error, TypeError):   # already gone, or never started
+            pass
+    return below
 
 
 def stop(ranks: list[Rank], finished: bool) -> None:
-    """Release the ranks if all finished, else terminate them; kill any that lingers."""
+    """Release the ranks if all finished, else terminate them; kill what lingers.
+
+    Whatever the ranks started (DataLoader workers) is ended too: nothing outlives
+    the launch.
+    """
     deadline = time.monotonic() + STOP_S
+    below = _tree(ranks)
     try:
         for rank in ranks:
             if finished:
@@ -186,6 +251,11 @@ def stop(ranks: list[Rank], finished: bool) -> None:
                 rank.process.join()
             rank.results.close()
             rank.control.close()
+        for process in below:
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
 
 
 def send_quietly(pipe: connection.Connection, message) -> None:
@@ -194,3 +264,25 @@ def send_quietly(pipe: connection.Connection, message) -> None:
         pipe.send(message)
     except OSError:
         pass
+
+
+def stack_of(rank: Rank, wait_s: float = 0.5) -> str:
+    """Ask a running rank for its Python stacks (SIGUSR1); return what it wrote.
+
+    Returns only the new dump (earlier dumps are skipped), or "" if none came.
+    """
+    try:
+        before = os.path.getsize(rank.stacks)
+        os.kill(rank.process.pid, STACK_SIGNAL)
+    except (OSError, TypeError):
+        return ""
+    deadline, size = time.monotonic() + wait_s, before
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = os.path.getsize(rank.stacks)
+        if now > before and now == size:   # written, and no longer growing
+            break
+        size = now
+    with open(rank.stacks) as f:
+        f.seek(before)
+        return f.read()

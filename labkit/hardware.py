@@ -5,6 +5,7 @@ inside the torch wheel, PATH/LD_LIBRARY_PATH); ``choose`` opens every later lab.
 Nothing here initialises CUDA in the calling process, so it is safe before a fork.
 """
 
+import math
 import os
 import platform
 import shutil
@@ -21,6 +22,7 @@ __all__ = [
     "choose",
     "as_device",
     "cpu_count",
+    "memory_available_bytes",
     "report",
     "print_report",
 ]
@@ -44,12 +46,41 @@ class Setup:
         return torch.device("cpu")
 
 
-def cpu_count() -> int:
-    """Return the CPU cores this process may use (respects taskset and containers)."""
+CGROUP = "/sys/fs/cgroup"   # cgroup v2: where a container's CPU and memory limits live
+
+
+def _read(path: str) -> str | None:
     try:
-        return len(os.sched_getaffinity(0))
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def cpu_count() -> int:
+    """Return the CPU cores this process may use (taskset, and a container's quota)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # macOS has no sched_getaffinity
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    quota = (_read(f"{CGROUP}/cpu.max") or "max").split()
+    if quota[0] != "max" and len(quota) == 2:   # "200000 100000": 2 cores' worth
+        cores = min(cores, max(1, math.ceil(int(quota[0]) / int(quota[1]))))
+    return cores
+
+
+def memory_available_bytes() -> int | None:
+    """Return the memory this process may still use: the machine's available
+    memory, or what is left under a container's limit if that is less."""
+    meminfo = _read("/proc/meminfo")
+    if meminfo is None:
+        return None
+    fields = {line.split(":")[0]: line.split()[1] for line in meminfo.splitlines()}
+    available = int(fields.get("MemAvailable", fields.get("MemFree", 0))) * 1024
+    limit, used = _read(f"{CGROUP}/memory.max"), _read(f"{CGROUP}/memory.current")
+    if limit and limit != "max" and used:
+        available = min(available, int(limit) - int(used))
+    return available
 
 
 def _check_world_size(world_size) -> None:
@@ -78,11 +109,7 @@ def choose(world_size: int = 1, backend: str = "auto", verbose: bool = True) -> 
     found = torch.cuda.device_count()
     have_nccl = dist.is_available() and dist.is_nccl_available()
     if backend == "nccl" and (found < world_size or not have_nccl):
-        raise ValueError(
-            f"NCCL needs one GPU per rank: {world_size} rank(s) asked, {found} GPU(s) "
-            f"found{'' if have_nccl else ' and this PyTorch has no NCCL'}. Ask for "
-            f"world_size <= {found}, or use backend='gloo' to run the ranks on the CPU."
-        )
+        raise ValueError(_no_nccl_advice(world_size, found, have_nccl))
     if backend == "gloo":
         setup = Setup(
             "gloo", "cpu", world_size, "gloo asked for: ranks are CPU processes"
@@ -92,6 +119,20 @@ def choose(world_size: int = 1, backend: str = "auto", verbose: bool = True) -> 
     if verbose:
         _announce(setup, found)
     return setup
+
+
+def _no_nccl_advice(world_size: int, found: int, have_nccl: bool) -> str:
+    """Say why NCCL cannot run ``world_size`` ranks here, and what to ask for instead."""
+    if not have_nccl:
+        why, fix = "this PyTorch has no NCCL", ""
+    elif found == 0:
+        why, fix = "this machine has no GPU PyTorch can see", ""
+    else:
+        why = f"{world_size} rank(s) asked, {found} GPU(s) found"
+        fix = f"Ask for world_size <= {found}, or "
+    use_gloo = "use backend='gloo' to run the ranks as CPU processes."
+    return (f"NCCL needs one GPU per rank: {why}. "
+            f"{fix}{use_gloo if fix else use_gloo[0].upper() + use_gloo[1:]}")
 
 
 def _auto(found: int, world_size: int, have_nccl: bool) -> Setup:
@@ -169,16 +210,12 @@ def _run(cmd: list[str]) -> str | None:
 
 
 def _memory_gib() -> str:
-    """Return total and available RAM from /proc/meminfo, in GiB."""
-    try:
-        with open("/proc/meminfo") as f:
-            info = {line.split(":")[0]: int(line.split()[1]) for line in f}
-        return (
-            f"{info['MemTotal'] / 2**20:.1f} GiB total, "
-            f"{info['MemAvailable'] / 2**20:.1f} GiB available"
-        )
-    except (OSError, KeyError, ValueError):
+    """Return total and available RAM, in GiB (a container's limit counts)."""
+    meminfo, available = _read("/proc/meminfo"), memory_available_bytes()
+    if meminfo is None or available is None:
         return "unknown (no /proc/meminfo)"
+    total = int(meminfo.split("MemTotal:")[1].split()[0]) * 1024
+    return f"{total / 2**30:.1f} GiB total, {available / 2**30:.1f} GiB available"
 
 
 def _shm_gib() -> str:

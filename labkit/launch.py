@@ -11,9 +11,12 @@ traceback back through a pipe. The parent prints; ranks stay quiet.
 """
 
 import datetime
+import math
 import os
 import pickle
+import re
 import signal
+import tempfile
 import time
 from multiprocessing import connection
 
@@ -24,10 +27,17 @@ from labkit import _spawn, hardware
 from labkit._spawn import RankContext
 
 __all__ = ["RankContext", "LaunchError", "WorkerError", "CollectiveTimeout",
-           "run", "init_from_env", "warm_up"]
+           "DeadlineExceeded", "run", "init_from_env", "warm_up"]
 
 # Extra seconds the parent gives a rank's own collective timeout to fire first.
 _GRACE_S = 3.0
+# The whole launch may last this many collective timeouts unless told otherwise.
+DEADLINE_TIMEOUTS = 20
+# The size guard: CPU threads per usable core, and the memory one rank is counted at
+# (a rank forked from the preloaded helper shares torch's pages; one started with
+# spawn holds about 0.4 GiB of its own, plus its data and model).
+RANKS_PER_CORE = 4
+RANK_MEMORY_BYTES = 2**29
 
 
 class LaunchError(RuntimeError):
@@ -44,6 +54,14 @@ class WorkerError(LaunchError):
 
 class CollectiveTimeout(LaunchError):
     """Ranks waited past the timeout for others: ``ranks`` lists the unfinished ones."""
+
+    def __init__(self, message: str, ranks: list[int]):
+        super().__init__(message)
+        self.ranks = ranks
+
+
+class DeadlineExceeded(LaunchError):
+    """The whole launch outlived ``deadline``: ``ranks`` lists the unfinished ones."""
 
     def __init__(self, message: str, ranks: list[int]):
         super().__init__(message)
@@ -101,6 +119,36 @@ def _pickle_args(args: tuple) -> bytes:
             "numbers, strings and containers of them.") from err
 
 
+def _check_capacity(setup: hardware.Setup, threads_per_rank: int,
+                    allow_oversubscription: bool) -> None:
+    """Refuse, before starting anything, a launch this machine cannot hold.
+
+    On a shared classroom server an absurd ``world_size`` would take every learner
+    down: CPU ranks are capped at ``RANKS_PER_CORE`` threads per usable core, and all
+    ranks together must fit in the memory available now.
+    """
+    if allow_oversubscription:
+        return
+    cores, ranks = hardware.cpu_count(), setup.world_size
+    override = "pass allow_oversubscription=True to launch.run if you really mean it"
+    if setup.device_type == "cpu" and ranks * threads_per_rank > RANKS_PER_CORE * cores:
+        raise LaunchError(
+            f"{ranks} CPU rank(s) x {threads_per_rank} thread(s) on {cores} usable "
+            f"core(s) is over the limit of {RANKS_PER_CORE * cores} threads "
+            f"({RANKS_PER_CORE} per core) that keeps this machine usable for everyone "
+            f"on it. Use world_size <= {RANKS_PER_CORE * cores // threads_per_rank}, "
+            f"or {override}.")
+    available = hardware.memory_available_bytes()
+    need = ranks * RANK_MEMORY_BYTES
+    if available is not None and need > available:
+        raise LaunchError(
+            f"{ranks} rank(s) need about {need / 2**30:.1f} GiB "
+            f"({RANK_MEMORY_BYTES / 2**30:.1f} GiB each: torch, the data, the model), "
+            f"but only {available / 2**30:.1f} GiB of memory is available now. Use "
+            f"world_size <= {max(1, available // RANK_MEMORY_BYTES)}, close other "
+            f"notebooks, or {override}.")
+
+
 # ---------------------------------------------------------------- reading the ranks
 
 def _receive(rank: _spawn.Rank, index: int):
@@ -122,15 +170,14 @@ def _receive(rank: _spawn.Rank, index: int):
         "`if __name__ == '__main__':`.")
 
 
-def _looks_like_timeout(text: str) -> bool:
-    """Tell whether a rank's traceback is a collective or rendezvous timeout."""
-    return any(mark in text for mark in ("Timed out", "timed out", "DistStoreError"))
+def _rank_error(index: int, kind: str, text: str, finished: list[int],
+                world_size: int, timeout: float) -> LaunchError:
+    """Turn a rank's failure into WorkerError, or CollectiveTimeout on a timeout.
 
-
-def _rank_error(index: int, text: str, finished: list[int], world_size: int,
-                timeout: float) -> LaunchError:
-    """Turn a rank's traceback into WorkerError, or CollectiveTimeout on a timeout."""
-    if _looks_like_timeout(text):
+    ``kind`` was decided in the rank from the exception's type and origin
+    (``_spawn.classify``), never from words that happen to be in the traceback.
+    """
+    if kind == "timeout":
         others = [r for r in range(world_size) if r not in finished and r != index]
         return CollectiveTimeout(
             f"Rank {index} waited more than {timeout:g} s in a collective (finished "
@@ -173,62 +220,134 @@ def _dead_peer(ranks: list[_spawn.Rank], pending: list[int], index: int):
     return None
 
 
-def _collect(ranks: list[_spawn.Rank], timeout: float) -> list:
-    """Wait for every rank's result; raise at the first error or when ranks hang."""
+# ---------------------------------------------------------------- where each rank is
+
+def _worker_frames(dump: str) -> list[str]:
+    """Return the frames of the thread running the worker, innermost first.
+
+    ``dump`` is faulthandler's text: one block per thread, "File "x.py", line N in f"
+    lines, most recent call first. The worker's thread is the one in ``rank_main``.
+    """
+    for block in dump.split("\n\n"):
+        frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', block)
+        if any(name == "rank_main" for *_, name in frames):
+            return [f"{os.path.basename(path)}:{line} in {name}"
+                    for path, line, name in frames
+                    if name != "rank_main" and not path.endswith("_spawn.py")]
+    return []
+
+
+def _where(rank: _spawn.Rank) -> str:
+    """Say where a running rank is: its innermost frame, and its worker's frames."""
+    frames = _worker_frames(_spawn.stack_of(rank))
+    if not frames:
+        return "(no stack: starting, or not in Python code)"
+    return " <- ".join(frames[:4]) + (" <- ..." if len(frames) > 4 else "")
+
+
+def _progress_line(ranks: list[_spawn.Rank], results: dict, seconds: float) -> str:
+    """One line per rank: finished, or running and where (for the periodic report)."""
+    lines = [f"[launch] still running after {seconds:.0f} s:"]
+    for index, rank in enumerate(ranks):
+        state = "finished" if index in results else f"running, at {_where(rank)}"
+        lines.append(f"  rank {index}: {state}")
+    return "\n".join(lines)
+
+
+def _deadline_error(ranks: list[_spawn.Rank], results: dict,
+                    deadline: float) -> DeadlineExceeded:
+    """Name the unfinished ranks and where each one is, at the overall deadline."""
+    stuck = [i for i in range(len(ranks)) if i not in results]
+    where = "\n".join(f"  rank {i}: at {_where(ranks[i])}" for i in stuck)
+    return DeadlineExceeded(
+        f"The launch ran past its deadline of {deadline:g} s; rank(s) {stuck} had not "
+        f"finished (finished: {sorted(results) or 'none'}). Where each one was:\n"
+        f"{where}\nA loop that never ends, or a rank waiting on something no other "
+        "rank sends, looks like this. All ranks were stopped. If the work really "
+        "takes longer, pass a larger deadline=.", stuck)
+
+
+# ---------------------------------------------------------------- the launch
+
+def _collect(ranks: list[_spawn.Rank], timeout: float, deadline: float,
+             report_every: float) -> list:
+    """Wait for every rank's result; raise at the first error, a hang or the deadline.
+
+    Every ``report_every`` seconds it prints where the unfinished ranks are.
+    """
     results, first_done = {}, None
+    start = time.monotonic()
+    next_report = start + report_every
     while len(results) < len(ranks):
+        now = time.monotonic()
         waited = timeout + _GRACE_S
-        left = None if first_done is None else first_done + waited - time.monotonic()
-        if left is not None and left <= 0:
+        if first_done is not None and now >= first_done + waited:
             raise _hang_error(sorted(results), len(ranks), waited)
+        if now >= start + deadline:
+            raise _deadline_error(ranks, results, deadline)
+        if now >= next_report:
+            print(_progress_line(ranks, results, now - start), flush=True)
+            next_report += report_every
+        wake = min(next_report, start + deadline,
+                   first_done + waited if first_done is not None else math.inf)
         pending = [i for i in range(len(ranks)) if i not in results]
         handles = {ranks[i].results: i for i in pending}
         handles.update({ranks[i].process.sentinel: i for i in pending})
-        for ready in connection.wait(list(handles), timeout=left):
+        for ready in connection.wait(list(handles), timeout=max(0.0, wake - now)):
             index = handles[ready]
             if index in results:
                 continue   # its pipe and its sentinel were both ready
             kind, value = _receive(ranks[index], index)
-            if kind == "error" and "Connection closed by peer" in value:
+            if kind == "peer_gone":
                 dead = _dead_peer(ranks, pending, index)
                 if dead is not None:
                     _receive(ranks[dead], dead)   # raises unless it left a message
-            if kind == "error":
-                raise _rank_error(index, value, sorted(results), len(ranks), timeout)
+            if kind != "ok":
+                raise _rank_error(index, kind, value, sorted(results), len(ranks),
+                                  timeout)
             results[index] = value
             first_done = first_done or time.monotonic()
     return [results[i] for i in range(len(ranks))]
 
 
 def run(worker, world_size: int = 2, args: tuple = (), backend: str = "auto",
-        timeout: float = 60.0, threads_per_rank: int = 1) -> list:
+        timeout: float = 60.0, threads_per_rank: int = 1, deadline: float | None = None,
+        report_every: float = 20.0, allow_oversubscription: bool = False) -> list:
     """Run ``worker(ctx, *args)`` on ``world_size`` ranks; return each rank's result.
 
     The process group is up when ``worker`` starts and torn down after it returns.
     ``timeout`` (s) bounds each collective, and how long the last rank may run after
-    the first one finished. CPU ranks get ``threads_per_rank`` threads each.
+    the first one finished. ``deadline`` (s, default 20 x timeout) bounds the whole
+    launch; every ``report_every`` s a line says where each unfinished rank is. CPU
+    ranks get ``threads_per_rank`` threads each. A launch this machine cannot hold
+    is refused unless ``allow_oversubscription``.
     """
     _check_worker(worker)
     _check_positive("timeout", timeout)
     _check_positive("threads_per_rank", threads_per_rank, int)
+    deadline = DEADLINE_TIMEOUTS * timeout if deadline is None else deadline
+    _check_positive("deadline", deadline)
+    _check_positive("report_every", report_every)
     payload = _pickle_args(args)
     setup = hardware.choose(world_size, backend)   # prints why; raises if impossible
+    _check_capacity(setup, threads_per_rank, allow_oversubscription)
     store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True,
                           wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=timeout))
     name = f"{worker.__module__}.{worker.__qualname__}"
-    spec = _spawn.RankSpec(worker.__module__, worker.__qualname__, payload, setup,
-                           store.port, float(timeout), threads_per_rank,
-                           dict(os.environ))
     print(f"Launching {world_size} rank(s) of {name} ({setup.backend}, rendezvous on "
           f"127.0.0.1:{store.port})")
     start, ranks, results = time.perf_counter(), [], None
-    try:
-        for rank in range(world_size):
-            ranks.append(_spawn.start_rank(spec, rank))
-        results = _collect(ranks, timeout)
-    finally:   # also on KeyboardInterrupt: no rank outlives the call
-        _spawn.stop(ranks, finished=results is not None)
+    with tempfile.TemporaryDirectory(prefix="labkit-launch-") as stack_folder:
+        spec = _spawn.RankSpec(worker.__module__, worker.__qualname__, payload, setup,
+                               store.port, float(timeout), threads_per_rank,
+                               dict(os.environ), stack_folder)
+        try:
+            for rank in range(world_size):
+                ranks.append(_spawn.start_rank(spec, rank))
+            results = _collect(ranks, timeout, deadline, report_every)
+        finally:   # also on KeyboardInterrupt: no rank outlives the call
+            _spawn.stop(ranks, finished=results is not None)
     print(f"{world_size} rank(s) of {name} finished in "
           f"{time.perf_counter() - start:.1f} s")
     return results

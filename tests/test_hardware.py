@@ -45,11 +45,22 @@ def test_single_process_line(capsys):
 
 def test_nccl_with_too_few_gpus_is_an_error():
     """Does asking NCCL for more GPUs than present fail before anything starts?"""
-    want = torch.cuda.device_count() + 1
-    with pytest.raises(
-        ValueError, match=rf"NCCL needs one GPU per rank: {want} rank\(s\)"
-    ):
+    found = torch.cuda.device_count()
+    want = found + 1
+    said = (rf"{want} rank\(s\) asked, {found} GPU\(s\) found. Ask for world_size <= "
+            if found else "this machine has no GPU PyTorch can see. Use backend='gloo'")
+    with pytest.raises(ValueError, match=rf"NCCL needs one GPU per rank: {said}"):
         hardware.choose(want, "nccl")
+
+
+@pytest.mark.parametrize("found, want, words", [
+    (0, 2, "this machine has no GPU PyTorch can see. Use backend='gloo'"),
+    (2, 4, "4 rank(s) asked, 2 GPU(s) found. Ask for world_size <= 2, or use"),
+])
+def test_nccl_advice_never_asks_for_zero_ranks(found, want, words):
+    """With no GPU, does the NCCL error say so instead of 'world_size <= 0'?"""
+    advice = hardware._no_nccl_advice(want, found, True)
+    assert words in advice and "<= 0" not in advice
 
 
 @pytest.mark.parametrize("world_size", [0, -1, 1.5, "2", True])
