@@ -6,7 +6,9 @@ Files live in ``$LABKIT_DATA/MNIST/raw/`` (torchvision's layout; default ``data/
 the repository root). Nothing here substitutes synthetic data when files are missing.
 """
 
+import fcntl
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.error import URLError
 
@@ -21,6 +23,7 @@ __all__ = [
     "MEAN",
     "STD",
     "data_root",
+    "in_a_rank",
     "prepare",
     "mnist",
     "classic_transform",
@@ -72,22 +75,66 @@ def _missing_files(root: Path) -> list[str]:
     return missing
 
 
+def in_a_rank() -> bool:
+    """Tell whether this process is a rank started by ``launch.run`` or torchrun."""
+    return any(name in os.environ for name in ("LABKIT_RANK", "RANK"))
+
+
+@contextmanager
+def _locked(raw: Path):
+    """Hold an exclusive lock on the data folder: one preparer at a time.
+
+    Ranks, two notebooks, or two learners sharing a data folder then never unpack
+    the same file at once; the second finds the work done.
+    """
+    raw.mkdir(parents=True, exist_ok=True)
+    with open(raw / ".prepare.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def prepare(root=None, download: bool | None = None) -> Path:
     """Make sure MNIST is in ``root``, MD5-verified and unpacked; return ``root``.
 
-    Downloads through torchvision when files are missing, unless ``download`` is False
-    or ``LABKIT_OFFLINE=1`` is set (tests and CI never touch the network).
+    Downloads through torchvision when files are missing, unless ``download`` is False,
+    ``LABKIT_OFFLINE=1`` is set (tests and CI never touch the network), or this is a
+    rank: ranks never download (N ranks would fetch N copies at once); the notebook
+    prepares the data before it launches them (``labkit.begin(mnist=True)``).
     """
     root = Path(root) if root is not None else data_root()
     if download is None:
         download = os.environ.get(OFFLINE_ENV, "") not in {"1", "true", "yes"}
     raw = _raw_folder(root)
-    missing = _missing_files(root)
-    if missing and not download:
-        raise DataError(
-            f"MNIST is not in {raw} (missing: {', '.join(missing)}) and "
-            f"downloading is off. {_how_to_fix(raw)}"
-        )
+    if not _missing_files(root) and _unpacked(root):
+        return root   # ready: only read (a read-only, shared folder stays untouched)
+    with _locked(raw):
+        missing = _missing_files(root)
+        if missing and in_a_rank():
+            raise DataError(
+                f"MNIST is not in {raw} (missing: {', '.join(missing)}), and ranks never "
+                "download it. Prepare it once before launching: `data.prepare()` in the "
+                "notebook (labkit.begin(mnist=True) does), or `labkit data prepare`."
+            )
+        if missing and not download:
+            raise DataError(
+                f"MNIST is not in {raw} (missing: {', '.join(missing)}) and "
+                f"downloading is off. {_how_to_fix(raw)}"
+            )
+        _unpack_or_download(root, raw)
+    return root
+
+
+def _unpacked(root: Path) -> bool:
+    """Tell whether torchvision's unpacked files are all there (both splits)."""
+    names = {Path(name).stem for name, _ in datasets.MNIST.resources}   # drop .gz
+    return all((_raw_folder(root) / name).exists() for name in names)
+
+
+def _unpack_or_download(root: Path, raw: Path) -> None:
+    """Let torchvision unpack the verified .gz files, downloading what is missing."""
     try:
         for train in (
             True,
@@ -99,7 +146,6 @@ def prepare(root=None, download: bool | None = None) -> Path:
             f"Could not download MNIST into {raw}: {err}. {_how_to_fix(raw)}"
         ) from err
     _missing_files(root)
-    return root
 
 
 def mnist(train: bool = True, root=None, transform=None):

@@ -34,17 +34,22 @@ def describe() -> str:
     )
 
 
-def begin(world_size: int = 1, backend: str = "auto"):
+def begin(world_size: int = 1, backend: str = "auto", mnist: bool = False):
     """Print the mode, the hardware found and the backend this lab will use; return it.
 
     Returns a ``hardware.Setup`` (backend, device type, world size and the reason).
     With several ranks it also starts ``launch.warm_up()`` so the first launch is quick.
+    ``mnist=True`` prepares MNIST here, once, before any rank needs it.
     """
     import torch
 
     from labkit import hardware
 
     print(describe())
+    if mnist:
+        from labkit import data
+
+        print(f"MNIST ready in {data.prepare() / 'MNIST' / 'raw'} (MD5-checked)")
     print(
         f"PyTorch {torch.__version__} (built for CUDA {torch.version.cuda or 'none'})"
         f", {hardware.cpu_count()} CPU core(s) available"

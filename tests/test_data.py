@@ -124,3 +124,39 @@ def test_random_batch_is_seeded():
     assert images.shape == (5, 1, 28, 28) and labels.shape == (5,)
     assert int(labels.min()) >= 0 and int(labels.max()) <= 9
     assert torch.equal(images, again) and not torch.equal(images, other)
+
+
+# ---------------------------------------------------------------- data and ranks
+
+
+def load_in_rank(ctx, root):
+    """Rank worker: load the training split from ``root`` (prepared or not)."""
+    return len(data.DeviceData.mnist(train=True, root=root, limit=100))
+
+
+def test_ranks_never_download_they_ask_for_preparing_first(tmp_path):
+    """Does a rank on an empty data folder say to prepare before launching?"""
+    from labkit import launch
+
+    with pytest.raises(launch.WorkerError, match="ranks never download.*before launch"):
+        launch.run(load_in_rank, 2, args=(str(tmp_path),), backend="gloo", timeout=30)
+
+
+def test_ranks_unpack_a_fresh_folder_one_at_a_time(mnist_root):
+    """With only the .gz files there, do two ranks both load (one unpacks, one waits)?"""
+    from labkit import launch
+
+    assert not (mnist_root / "MNIST" / "raw" / "train-images-idx3-ubyte").exists()
+    results = launch.run(load_in_rank, 2, args=(str(mnist_root),), backend="gloo",
+                         timeout=60)
+    assert results == [100, 100]
+
+
+def test_begin_prepares_mnist_in_the_parent(mnist_root, monkeypatch, capsys):
+    """Does labkit.begin(mnist=True) prepare the data here, before any launch?"""
+    import labkit
+
+    monkeypatch.setenv("LABKIT_DATA", str(mnist_root))
+    labkit.begin(mnist=True)
+    assert (mnist_root / "MNIST" / "raw" / "train-images-idx3-ubyte").exists()
+    assert "MNIST ready in" in capsys.readouterr().out
