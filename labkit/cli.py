@@ -70,9 +70,10 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--solutions", default="solutions")
     build.add_argument("--labs", default="labs")
     build.set_defaults(run=_build_labs)
-    bench = verbs.add_parser("bench", help="run a benchmark")
-    from labkit.bench import BENCHMARKS
+    from labkit.bench import BENCHMARKS   # names only: torch is not imported
 
+    listing = "; ".join(f"{name}: {what}" for name, (*_, what) in BENCHMARKS.items())
+    bench = verbs.add_parser("bench", help="run a benchmark", description=listing)
     bench.add_argument("name", choices=sorted(BENCHMARKS))
     bench.set_defaults(run=_bench)
     return parser

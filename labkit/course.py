@@ -6,11 +6,13 @@ code between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` becomes a stub that
 Outputs are cleared. ``build_labs(check=True)`` reports stale labs without writing.
 """
 
+import json
 from pathlib import Path
 
 import nbformat
 
-__all__ = ["BEGIN", "END", "CourseError", "strip_solutions", "make_lab", "build_labs"]
+__all__ = ["BEGIN", "END", "CourseError", "strip_solutions", "make_lab", "build_labs",
+           "hardware_needs", "hardware_skip_reason"]
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 CODE_STUB = ["# YOUR CODE HERE", "raise NotImplementedError()"]
@@ -86,3 +88,28 @@ def build_labs(
             if not check:
                 orphan.unlink()
     return changed
+
+
+# ---------------------------------------------------------------- hardware metadata
+# Each solution declares metadata.labkit = {"min_gpus", "cpu_ok", "world_size"}. The
+# one rule below decides whether a notebook can run with the GPUs found: the test
+# collector (tests/conftest.py) and env/gpu_check.py both ask it.
+
+
+def hardware_needs(path) -> dict:
+    """Return a notebook's metadata.labkit, defaults filled in (no GPU, CPU OK, 1)."""
+    meta = json.loads(Path(path).read_text()).get("metadata", {}).get("labkit", {})
+    return {"min_gpus": int(meta.get("min_gpus", 0)),
+            "cpu_ok": bool(meta.get("cpu_ok", True)),
+            "world_size": int(meta.get("world_size", 1))}
+
+
+def hardware_skip_reason(path, found: int) -> str | None:
+    """Say why notebook ``path`` cannot run with ``found`` GPUs; None when it can."""
+    needs, name = hardware_needs(path), Path(path).name
+    if needs["min_gpus"] > found:
+        return (f"{name} needs {needs['min_gpus']} GPU(s) (metadata.labkit.min_gpus), "
+                f"this machine has {found}")
+    if not needs["cpu_ok"] and found == 0:
+        return f"{name} is GPU-only (metadata.labkit.cpu_ok is false), no GPU found"
+    return None

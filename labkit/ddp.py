@@ -17,6 +17,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labkit import data, models
+from labkit.train import synchronize
 
 __all__ = [
     "TrainConfig",
@@ -198,13 +199,16 @@ def _buckets(ctx, cap_mb: float | None, steps: int = 8) -> dict:
     images, labels = data.random_batch(64, ctx.rank, ctx.device)
     for step in range(steps):
         if step == 2:  # buckets are rebuilt after the first step; time after
+            synchronize(ctx.device)
             start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model(images), labels)
         record.clear()  # keep the last step's buckets only
+        synchronize(ctx.device)   # on GPUs: time the backward, not its launch
         begin = time.perf_counter()
         loss.backward()  # returns once every bucket's all-reduce is done
         optimizer.step()
+    synchronize(ctx.device)
     seconds = (time.perf_counter() - start) / (steps - 2)
     spans = sorted((ready - begin, done - begin, size) for size, ready, done in record)
     computed = spans[-1][0]  # the last bucket is ready when backward's compute ends

@@ -6,7 +6,8 @@ orders of ``pipeline.orders``, so the table you print is the order that runs.
 ``run_on_threads`` gives each rank a thread and a fixed cost per action spent
 *waiting* (``time.sleep`` releases the GIL): on 2 CPU cores that is the only honest
 way to let 4 "devices" overlap, so it measures the schedule, not the arithmetic.
-``explorer`` is the widget: stages, micro-batches, schedule -> chart and bubble %.
+The widget that explores schedules is ``explorers.pipeline_schedules``; the sweep
+against the formula is ``labkit bench pipeline``.
 """
 
 import queue
@@ -17,10 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from labkit import hardware, pipeline, timeline
+from labkit import pipeline, timeline
 
-__all__ = ["split_stages", "StageRunner", "run_in_order", "run_on_threads",
-           "explorer", "bubble_benchmark"]
+__all__ = ["split_stages", "StageRunner", "run_in_order", "run_on_threads"]
 
 
 def split_stages(model: nn.Sequential, num_stages: int) -> list[nn.Sequential]:
@@ -174,82 +174,3 @@ def run_on_threads(stages, inputs, targets, num_microbatches: int, name: str = "
         rank, err = errors[0]
         raise RuntimeError(f"pipeline rank {rank} failed: {err!r}") from err
     return sum(workers[-1].losses.values()) / num_microbatches, recorder.events()
-
-
-def _measured_bubble(num_stages, num_microbatches, cost_s, repeats) -> float:
-    """Return the median measured bubble of GPipe on threads (equal, known costs)."""
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Flatten(), *[nn.Linear(16, 16) for _ in range(num_stages)])
-    batch = 8 * num_microbatches
-    inputs, targets = torch.randn(batch, 16), torch.randint(0, 16, (batch,))
-    bubbles = []
-    for _ in range(repeats):
-        stages = split_stages(model, num_stages)
-        _, events = run_on_threads(stages, inputs, targets, num_microbatches,
-                                   "gpipe", cost_s)
-        bubbles.append(pipeline.bubble_fraction(events))
-    return sorted(bubbles)[len(bubbles) // 2]
-
-
-def bubble_benchmark(cost_s: float = 0.04, repeats: int = 3) -> float:
-    """Measure GPipe's bubble for p in {2, 4}, m in {1, 2, 4, 8}; return max deviation.
-
-    Prints one line per case and, last, the worst gap to (p-1)/(m+p-1) in points.
-    """
-    print(f"GPipe from scratch, one thread per stage (16x16 Linear stages, real "
-          f"forward and backward); each action also waits {cost_s * 1e3:.0f} ms "
-          f"(time.sleep, GIL released): equal, known stage costs that overlap even on "
-          f"{hardware.cpu_count()} CPU core(s). Median of {repeats} runs.")
-    torch.set_num_threads(1)
-    _measured_bubble(2, 2, cost_s / 4, 1)   # warm-up: first calls allocate
-    worst = 0.0
-    for p in (2, 4):
-        for m in (1, 2, 4, 8):
-            measured = _measured_bubble(p, m, cost_s, repeats)
-            theory = pipeline.bubble_theory(p, m)
-            worst = max(worst, abs(measured - theory) * 100)
-            print(f"p={p} m={m}: measured bubble {measured:6.1%}, formula "
-                  f"(p-1)/(m+p-1) {theory:6.1%}, "
-                  f"gap {abs(measured - theory) * 100:4.1f} points")
-    print(f"pipeline bubble max deviation: {worst:.1f} points")
-    return worst
-
-
-def explorer():
-    """Show sliders and a schedule menu; redraw the chart and bubble % on change."""
-    import ipywidgets as widgets
-    import matplotlib.pyplot as plt
-    from IPython.display import display
-
-    stages = widgets.IntSlider(4, min=2, max=8, description="stages p")
-    micro = widgets.IntSlider(8, min=1, max=32, description="micro-batches m")
-    chunks = widgets.IntSlider(2, min=2, max=4, description="chunks v")
-    name = widgets.Dropdown(options=list(pipeline.SCHEDULES), value="gpipe",
-                            description="schedule")
-    out = widgets.Output()
-
-    def redraw(_=None):
-        out.clear_output(wait=True)
-        with out:
-            v = chunks.value if name.value == "interleaved_1f1b" else 1
-            try:
-                table = pipeline.schedule(name.value, stages.value, micro.value, v)
-            except ValueError as err:
-                print(err)
-                return
-            chunk_text = f", v={v}" if v > 1 else ""
-            timeline.draw(table, title=f"{name.value}: p={stages.value}, "
-                                       f"m={micro.value}{chunk_text}")
-            plt.show()
-            theory = pipeline.bubble_theory(stages.value, micro.value, v)
-            print(f"bubble: {pipeline.bubble_fraction(table):.1%} of the time "
-                  f"(formula {theory:.1%}); peak activations held per rank: "
-                  f"{pipeline.peak_activations(table)}")
-
-    for widget in (stages, micro, chunks, name):
-        widget.observe(redraw, names="value")
-    redraw()
-    box = widgets.VBox([widgets.HBox([name, stages]), widgets.HBox([micro, chunks]),
-                        out])
-    display(box)
-    return box

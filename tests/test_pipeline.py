@@ -166,18 +166,13 @@ def test_thread_failure_names_the_rank():
                                     targets, 2, "gpipe", 0.0, loss_fn=broken_loss)
 
 
-def test_bench_prints_headline_last(capsys):
-    """Does the bubble benchmark end with its headline line?"""
-    worst = pipeline_run.bubble_benchmark(cost_s=0.005, repeats=1)
-    last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert last == f"pipeline bubble max deviation: {worst:.1f} points"
-
-
 def test_explorer_redraws_and_reports_bad_choices(capsys):
     """Does the widget build, redraw on change, and print invalid combinations?"""
     import matplotlib.pyplot as plt
 
-    box = pipeline_run.explorer()
+    from labkit import explorers
+
+    box = explorers.pipeline_schedules()
     name = box.children[0].children[0]
     micro = box.children[1].children[0]
     name.value, micro.value = "interleaved_1f1b", 6   # 6 is not a multiple of 4 stages

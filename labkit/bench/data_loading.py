@@ -1,7 +1,7 @@
-"""Benchmarks behind the course's measured claims, run as ``labkit bench NAME``.
+"""``labkit bench data``: batches/s of the device-resident fast path vs the DataLoader.
 
-Taught in: lab 01 (``data``: the fast path vs the DataLoader). Each benchmark prints
-what it measures first, and its headline ratio as the last line.
+Taught in: lab 01 (data loading as a bottleneck). Last line:
+``fast path vs DataLoader: <ratio>x``.
 """
 
 import time
@@ -10,7 +10,7 @@ import torch
 
 from labkit import data
 
-__all__ = ["BENCHMARKS", "run", "data_loading"]
+__all__ = ["data_loading"]
 
 
 def _batches_per_second(batches, count: int, warmup: int = 10) -> float:
@@ -52,42 +52,3 @@ def data_loading(count: int = 300) -> float:
     ratio = fast / slow
     print(f"fast path vs DataLoader: {ratio:.1f}x")
     return ratio
-
-
-def pipeline_bubble() -> float:
-    """Measure GPipe's bubble against (p-1)/(m+p-1) (lab 05); see ``pipeline_run``."""
-    from labkit import pipeline_run
-
-    return pipeline_run.bubble_benchmark()
-
-
-def launch_cost() -> float:
-    """Launch-to-ready of a 2-rank gloo launch over a bare ``import torch``."""
-    from labkit import ddp_bench
-
-    return ddp_bench.launch_cost()
-
-
-def ddp_scaling() -> float:
-    """Images/s of 2 DDP ranks over 1 rank, 1 thread each, same global batch."""
-    from labkit import ddp_bench
-
-    return ddp_bench.ddp_scaling()
-
-
-BENCHMARKS = {
-    "launch": launch_cost,
-    "ddp": ddp_scaling,
-    "pipeline": pipeline_bubble,
-    "data": data_loading,
-}
-
-
-def run(name: str):
-    """Run the benchmark called ``name``; an unknown name lists the valid ones."""
-    if name not in BENCHMARKS:
-        raise ValueError(
-            f"Unknown benchmark {name!r}: choose one of "
-            f"{', '.join(sorted(BENCHMARKS))}."
-        )
-    return BENCHMARKS[name]()

@@ -1,0 +1,33 @@
+"""The benchmarks behind the course's measured claims: ``labkit bench NAME``.
+
+One module per benchmark; each prints what it measures first and its headline as the
+last line. This file only names them: importing it does not import torch, so the
+``labkit`` command stays quick for verbs that need none.
+"""
+
+import importlib
+
+__all__ = ["BENCHMARKS", "run"]
+
+# name -> (module in labkit.bench, function, what it measures)
+BENCHMARKS = {
+    "data": ("data_loading", "data_loading",
+             "batches/s: device-resident fast path vs DataLoader (lab 01)"),
+    "launch": ("launch_cost", "launch_cost",
+               "a 2-rank launch vs a bare `import torch` (lab 03)"),
+    "ddp": ("ddp_scaling", "ddp_scaling",
+            "2 DDP ranks vs the no-communication ceiling (labs 03, 06)"),
+    "pipeline": ("pipeline_bubble", "bubble_benchmark",
+                 "GPipe's measured bubble vs (p-1)/(m+p-1) (lab 05)"),
+}
+
+
+def run(name: str):
+    """Run the benchmark called ``name``; an unknown name lists the valid ones."""
+    if name not in BENCHMARKS:
+        raise ValueError(
+            f"Unknown benchmark {name!r}: choose one of "
+            f"{', '.join(sorted(BENCHMARKS))}."
+        )
+    module, function, _ = BENCHMARKS[name]
+    return getattr(importlib.import_module(f"labkit.bench.{module}"), function)()
