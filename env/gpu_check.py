@@ -37,23 +37,6 @@ class Result:
     note: str = ""
 
 
-def needs(path: Path) -> dict:
-    """Return the notebook's metadata.labkit with defaults filled in."""
-    meta = json.loads(path.read_text()).get("metadata", {}).get("labkit", {})
-    return {"min_gpus": int(meta.get("min_gpus", 0)),
-            "cpu_ok": bool(meta.get("cpu_ok", True)),
-            "world_size": int(meta.get("world_size", 1))}
-
-
-def skip_reason(meta: dict, found: int) -> str:
-    """Say why a notebook cannot run with ``found`` GPUs; empty when it can."""
-    if meta["min_gpus"] > found:
-        return f"needs {meta['min_gpus']} GPU(s), found {found}"
-    if not meta["cpu_ok"] and found == 0:
-        return "GPU-only (cpu_ok is false), no GPU found"
-    return ""
-
-
 def backend_for(world_size: int) -> str:
     """Return what labkit chooses here for ``world_size`` ranks, e.g. 'nccl/cuda x2'."""
     from labkit import hardware
@@ -74,9 +57,10 @@ def nbval_command(path: Path, cell_timeout: int) -> list:
 
 def run_one(path: Path, found: int, cell_timeout: int) -> Result:
     """Run one notebook under nbval (or skip it) and time it."""
-    meta = needs(path)
-    backend = backend_for(meta["world_size"])
-    reason = skip_reason(meta, found)
+    from labkit.course import hardware_needs, hardware_skip_reason
+
+    backend = backend_for(hardware_needs(path)["world_size"])
+    reason = hardware_skip_reason(path, found)
     if reason:
         return Result(path.name, "skip", 0.0, backend, reason)
     start = time.perf_counter()

@@ -45,25 +45,8 @@ def mnist_root(tmp_path) -> Path:
 
 
 # Notebook hardware: nbval runs every cell of solutions/*.ipynb; a notebook whose
-# metadata.labkit asks for more GPUs than this machine has is skipped, saying why.
-
-
-def _hardware_skip_reason(path: Path, found: int) -> str | None:
-    """Return why a notebook cannot run with ``found`` GPUs, or None when it can."""
-    import json
-
-    needs = json.loads(path.read_text()).get("metadata", {}).get("labkit", {})
-    min_gpus, cpu_ok = int(needs.get("min_gpus", 0)), bool(needs.get("cpu_ok", True))
-    if min_gpus > found:
-        return (
-            f"{path.name} needs {min_gpus} GPU(s) (metadata.labkit.min_gpus), "
-            f"this machine has {found}"
-        )
-    if not cpu_ok and found == 0:
-        return (
-            f"{path.name} is GPU-only (metadata.labkit.cpu_ok is false), no GPU found"
-        )
-    return None
+# metadata.labkit asks for more GPUs than this machine has is skipped, saying why
+# (the rule is labkit.course.hardware_skip_reason, shared with env/gpu_check.py).
 
 
 def pytest_collection_modifyitems(config, items):
@@ -73,9 +56,33 @@ def pytest_collection_modifyitems(config, items):
         return
     import torch
 
+    from labkit.course import hardware_skip_reason
+
     found = torch.cuda.device_count()  # NVML only: does not initialise CUDA here
-    reasons = {path: _hardware_skip_reason(path, found) for path in notebooks}
+    reasons = {path: hardware_skip_reason(path, found) for path in notebooks}
     for item in items:
         reason = reasons.get(Path(str(item.path)))
         if reason:
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+# GPU tests: marked `gpu`, skipped here when no GPU is seen. In the GPU lane
+# (LABKIT_REQUIRE_GPU=1) such a skip means the GPUs were not found: a failure.
+
+REQUIRE_GPU_ENV = "LABKIT_REQUIRE_GPU"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs CUDA GPUs (skipped without them)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Turn the skip of a `gpu` test into a failure when GPUs are required."""
+    outcome = yield
+    report = outcome.get_result()
+    if (report.skipped and item.get_closest_marker("gpu")
+            and os.environ.get(REQUIRE_GPU_ENV) == "1"):
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} was skipped, but {REQUIRE_GPU_ENV}=1: this "
+                           "lane must run every GPU test (are the GPUs visible?)")

@@ -164,10 +164,29 @@ def _screenshot_progress_bar(page) -> None:
 
 
 def _browser_or_skip():
+    """Return Playwright's sync API; skip without Chromium, except in CI: fail there.
+
+    CI (the variable CI set, as GitHub Actions and most runners do) installs Chromium
+    on purpose, so its absence there is a broken lane, not a reason to skip.
+    """
     if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: install it with "
-                    "`apt-get install -y chromium` (.ci/run does this in CI)")
+        message = (f"{CHROMIUM} is missing: install it with "
+                   "`apt-get install -y chromium` (.ci/run does this in CI)")
+        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+            pytest.fail(f"CI is set and {message}")
+        pytest.skip(message)
     return pytest.importorskip("playwright.sync_api")
+
+
+def test_missing_chromium_fails_in_ci_and_skips_elsewhere(monkeypatch, tmp_path):
+    """Without Chromium: a skip on a laptop, a failure when CI is set?"""
+    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", tmp_path / "no-chromium")
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="no-chromium is missing"):
+        _browser_or_skip()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI is set and .*no-chromium"):
+        _browser_or_skip()
 
 
 def test_lab_runs_in_chromium_with_widget_progress_bar(lab_server):

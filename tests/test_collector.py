@@ -1,6 +1,7 @@
 """Tests for notebook hardware metadata: the nbval collector and env/gpu_check.py."""
 
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -85,7 +86,7 @@ def test_gpu_check_prints_table_and_skips_with_reason(notebooks, capsys):
     assert fits.split()[:2] == ["fits.ipynb", "PASS"]
     assert ("gloo/cpu x1" if FOUND == 0 else "nccl/cuda x1") in fits
     assert needs_more.split()[:3] == ["needs_more.ipynb", "SKIP", "0.0"]
-    assert f"needs {FOUND + 1} GPU(s), found {FOUND}" in needs_more
+    assert f"needs {FOUND + 1} GPU(s) (metadata.labkit.min_gpus)" in needs_more
 
 
 def test_gpu_check_reports_failures(tmp_path, capsys):
@@ -95,3 +96,36 @@ def test_gpu_check_reports_failures(tmp_path, capsys):
     assert _gpu_check().main([str(path)]) == 1
     assert capsys.readouterr().out.strip().splitlines()[-1].split()[:2] == [
         "broken.ipynb", "FAIL"]
+
+
+_GPU_TEST = """
+import pytest
+
+@pytest.mark.gpu
+@pytest.mark.skipif(True, reason="needs a CUDA GPU")
+def test_on_a_gpu():
+    pass
+"""
+
+
+@pytest.mark.parametrize("require, outcome", [
+    ("0", "1 skipped"), ("1", "was skipped, but LABKIT_REQUIRE_GPU=1")])
+def test_gpu_lane_fails_on_a_skipped_gpu_test(tmp_path, require, outcome):
+    """With LABKIT_REQUIRE_GPU=1 (the GPU lane), is a skipped `gpu` test a failure?"""
+    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_gpu.py").write_text(_GPU_TEST)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           "-m", "gpu", "test_gpu.py"], cwd=tmp_path, text=True,
+                          capture_output=True, timeout=120,
+                          env={**os.environ, "LABKIT_REQUIRE_GPU": require})
+    assert outcome in done.stdout, done.stdout
+    assert (done.returncode != 0) == (require == "1")   # the lane goes red
+
+
+def test_every_gpu_only_test_is_marked_gpu():
+    """Does every test skipped for want of a GPU carry the `gpu` marker?"""
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith("@pytest.mark.skipif") and "cuda" in line:
+                assert "@pytest.mark.gpu" in lines[i - 3:i], f"{path.name}:{i + 1}"

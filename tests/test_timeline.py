@@ -31,6 +31,7 @@ def test_recorder_rejects_unknown_kind():
             pass
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_recorder_uses_cuda_events_on_gpu():
     """On a GPU, are events timed by CUDA events and converted to seconds?"""
