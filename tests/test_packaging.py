@@ -1,0 +1,66 @@
+"""pyproject.toml declares what labkit and the tests import, and builds every package."""
+
+import ast
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+# import name -> distribution name, where they differ
+DISTRIBUTION = {"PIL": "pillow", "yaml": "pyyaml", "IPython": "ipython",
+                "jupyter_client": "jupyter-client"}
+OPTIONAL = {"playwright"}   # tests/test_browser.py skips without it (importorskip)
+
+
+def _imports(folder: Path) -> set[str]:
+    """Return the top-level modules imported anywhere under ``folder``."""
+    names = set()
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return names
+
+
+def _third_party(names: set[str]) -> set[str]:
+    local = {"labkit", "conftest"} | {p.stem for p in (ROOT / "tests").glob("*.py")}
+    return {n for n in names if n not in sys.stdlib_module_names and n not in local}
+
+
+def _declared(*groups: str) -> set[str]:
+    project = PYPROJECT["project"]
+    requirements = list(project["dependencies"])
+    for group in groups:
+        requirements += project["optional-dependencies"][group]
+    return {req.split(">")[0].split("=")[0].split("<")[0].strip().lower()
+            for req in requirements}
+
+
+def _distribution(module: str) -> str:
+    return DISTRIBUTION.get(module, module).lower().replace("_", "-")
+
+
+def test_labkit_imports_are_all_declared():
+    """Is every package labkit imports a dependency in pyproject.toml?"""
+    declared = {d.replace("_", "-") for d in _declared()}
+    missing = {m for m in _third_party(_imports(ROOT / "labkit"))
+               if _distribution(m) not in declared}
+    assert not missing, f"labkit imports undeclared packages: {sorted(missing)}"
+
+
+def test_test_imports_are_in_the_test_extra():
+    """Does `pip install .[test]` bring everything the tests import?"""
+    declared = {d.replace("_", "-") for d in _declared("test")}
+    missing = {m for m in _third_party(_imports(ROOT / "tests")) - OPTIONAL
+               if _distribution(m) not in declared}
+    assert not missing, f"tests import packages outside [test]: {sorted(missing)}"
+
+
+def test_requires_python_admits_this_python():
+    """Is the Python running the tests one that requires-python names?"""
+    spec = PYPROJECT["project"]["requires-python"]
+    assert spec == ">=3.11,<3.14"
+    assert (3, 11) <= sys.version_info[:2] < (3, 14)
