@@ -63,3 +63,20 @@ def test_live_plot_outside_notebook_is_silent():
     plot = train.LivePlot()
     plot.update(train.History(losses=[1.0, 0.5], accuracies=[0.5]))
     assert plot.handle is None and plot.ax_loss.lines
+
+
+def test_images_per_second_leave_out_the_live_plot(monkeypatch):
+    """Does a slow live plot leave fit's seconds (and so its images/s) untouched?"""
+    import time
+
+    class SlowPlot:
+        def update(self, history):
+            time.sleep(0.5)
+
+    monkeypatch.setattr(train, "LivePlot", SlowPlot)
+    source = _toy_data(64)
+    model = models.small_cnn()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    history = train.fit(model, lambda epoch: source.batches(16), lambda: [],
+                        epochs=1, optimizer=opt, plot=True)
+    assert history.seconds < 0.4   # 4 small steps; the 0.5 s drawing is not counted
