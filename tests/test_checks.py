@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torchvision import transforms
 
 from labkit import checks, data
+from labkit.checks import environment, single_device
 
 
 def _fails(check, fn, hint):
@@ -16,7 +17,7 @@ def _fails(check, fn, hint):
 def test_count_parameters_hints():
     """Are frozen parameters and the stub reported?"""
     _fails(
-        checks.count_parameters,
+        environment.count_parameters,
         lambda m: sum(p.numel() for p in m.parameters()),
         "Frozen parameters",
     )
@@ -24,7 +25,7 @@ def test_count_parameters_hints():
     def stub(model):
         raise NotImplementedError()
 
-    _fails(checks.count_parameters, stub, "not done yet")
+    _fails(environment.count_parameters, stub, "not done yet")
 
 
 @pytest.mark.parametrize(
@@ -37,13 +38,13 @@ def test_count_parameters_hints():
 )
 def test_training_memory_hints(copies, hint):
     """Does each missing copy get its own hint?"""
-    _fails(checks.training_memory, lambda n, b, a: n * b * copies + a, hint)
+    _fails(environment.training_memory, lambda n, b, a: n * b * copies + a, hint)
 
 
 def test_training_memory_forgotten_activations():
     """Are forgotten activation bytes named?"""
     _fails(
-        checks.training_memory, lambda n, b, a: n * b * 4, "Add the activation bytes"
+        environment.training_memory, lambda n, b, a: n * b * 4, "Add the activation bytes"
     )
 
 
@@ -57,23 +58,23 @@ def test_training_memory_forgotten_activations():
 )
 def test_allreduce_hints(fn, hint):
     """Do the usual all-reduce mistakes get their hints?"""
-    _fails(checks.allreduce_time, fn, hint)
+    _fails(environment.allreduce_time, fn, hint)
 
 
 def test_device_choice_catches_missing_brackets():
     """Is `is_available` without () caught even on a GPU machine?"""
     _fails(
-        checks.device_choice,
+        single_device.device_choice,
         lambda: torch.device("cuda" if torch.cuda.is_available else "cpu"),
         "always truthy",
     )
-    _fails(checks.device_choice, lambda: "cpu", "return a torch.device")
+    _fails(single_device.device_choice, lambda: "cpu", "return a torch.device")
 
 
 def test_allreduce_single_gpu_hint():
     """Is a nonzero time for one GPU explained?"""
     _fails(
-        checks.allreduce_time,
+        environment.allreduce_time,
         lambda n, w, link, b: 2 * (w - 1) / w * n * b / (link * 1e9) + (w == 1),
         "nothing to synchronise",
     )
@@ -82,12 +83,12 @@ def test_allreduce_single_gpu_hint():
 def test_transform_hints():
     """Are ToTensor without () and a missing Normalize caught?"""
     _fails(
-        checks.mnist_transform,
+        single_device.mnist_transform,
         lambda: transforms.Compose([transforms.ToTensor]),
         "ToTensor without",
     )
     _fails(
-        checks.mnist_transform,
+        single_device.mnist_transform,
         lambda: transforms.ToTensor(),
         "black pixel should become",
     )
@@ -111,9 +112,9 @@ def test_minibatch_hints():
         for s in range(0, len(labels), bs):
             yield images[order[s : s + bs]], labels[s : s + bs]
 
-    _fails(checks.minibatches, in_order, "shuffled")
-    _fails(checks.minibatches, drop_last, r"\[4, 4, 2\]")
-    _fails(checks.minibatches, misaligned, "out of step")
+    _fails(single_device.minibatches, in_order, "shuffled")
+    _fails(single_device.minibatches, drop_last, r"\[4, 4, 2\]")
+    _fails(single_device.minibatches, misaligned, "out of step")
 
 
 def test_train_step_hints():
@@ -132,5 +133,5 @@ def test_train_step_hints():
         optimizer.step()
         return loss
 
-    _fails(checks.train_step, no_zero_grad, "zero_grad")
-    _fails(checks.train_step, returns_tensor, "Python float")
+    _fails(single_device.train_step, no_zero_grad, "zero_grad")
+    _fails(single_device.train_step, returns_tensor, "Python float")

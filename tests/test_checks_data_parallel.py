@@ -1,4 +1,4 @@
-"""Do the data-parallel checks give the specific hint for each classic mistake?"""
+"""Do the lab 02 and lab 03 function checks give the hint for each classic mistake?"""
 
 import math
 
@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from labkit import checks
+from labkit.checks import data_parallel, ddp
 
 
 def _fails(check, fn, hint):
@@ -20,12 +21,10 @@ def _stub(*args):
 @pytest.mark.parametrize(
     "check",
     [
-        checks.scatter_batch,
-        checks.average_gradients,
-        checks.strip_module_prefix,
-        checks.shard_indices,
-        checks.scaled_lr,
-        checks.accumulation_steps,
+        data_parallel.scatter_batch,
+        data_parallel.average_gradients,
+        data_parallel.strip_module_prefix,
+        ddp.shard_indices,
     ],
 )
 def test_stub_is_not_done_yet(check):
@@ -36,15 +35,15 @@ def test_stub_is_not_done_yet(check):
 def test_scatter_batch_hints():
     """Are wrong sizes, misaligned labels and a missing ValueError reported?"""
     _fails(
-        checks.scatter_batch, lambda x, y, n: list(zip(x.chunk(n), y.chunk(n))), "sizes"
+        data_parallel.scatter_batch, lambda x, y, n: list(zip(x.chunk(n), y.chunk(n))), "sizes"
     )
     _fails(
-        checks.scatter_batch,
+        data_parallel.scatter_batch,
         lambda x, y, n: list(zip(x.tensor_split(n), y.flip(0).tensor_split(n))),
         "do not match",
     )
     _fails(
-        checks.scatter_batch,
+        data_parallel.scatter_batch,
         lambda x, y, n: list(zip(x.tensor_split(n), y.tensor_split(n))),
         "raise ValueError",
     )
@@ -60,20 +59,20 @@ def _sum(grads, sizes):
 
 def test_average_gradients_hints():
     """Are the unweighted mean and the plain sum named as such?"""
-    _fails(checks.average_gradients, _plain_mean, "plain mean")
-    _fails(checks.average_gradients, _sum, "That is the sum")
-    _fails(checks.average_gradients, lambda g, s: None, "one tensor per parameter")
+    _fails(data_parallel.average_gradients, _plain_mean, "plain mean")
+    _fails(data_parallel.average_gradients, _sum, "That is the sum")
+    _fails(data_parallel.average_gradients, lambda g, s: None, "one tensor per parameter")
 
 
 def test_strip_module_prefix_hints():
     """Is str.replace (which also renames a layer called 'module') caught?"""
     _fails(
-        checks.strip_module_prefix,
+        data_parallel.strip_module_prefix,
         lambda sd: {k.replace("module.", ""): v for k, v in sd.items()},
         "LEADING",
     )
     _fails(
-        checks.strip_module_prefix,
+        data_parallel.strip_module_prefix,
         lambda sd: {k.removeprefix("module."): v * 0 for k, v in sd.items()},
         "keep every tensor",
     )
@@ -94,28 +93,8 @@ def _no_set_epoch(num_samples, rank, world_size, epoch, seed=0, shuffle=True):
 def test_shard_indices_hints():
     """Are unpadded shards and a shuffle that ignores the epoch reported?"""
     _fails(
-        checks.shard_indices,
+        ddp.shard_indices,
         lambda n, r, w, e, s=0, sh=True: list(range(n))[r::w],
         "ceil",
     )
-    _fails(checks.shard_indices, _no_set_epoch, "seed \\+ epoch")
-
-
-def test_scaled_lr_hints():
-    """Are 'no scaling', 'warm-up from 0' and 'no warm-up' reported?"""
-    _fails(checks.scaled_lr, lambda step, lr, b0, b, w: lr, "never grows")
-    _fails(
-        checks.scaled_lr,
-        lambda step, lr, b0, b, w: (
-            lr * b / b0 * min(1.0, step / w) if w else lr * b / b0
-        ),
-        "not at 0",
-    )
-    _fails(checks.scaled_lr, lambda step, lr, b0, b, w: lr * b / b0, "ramp up")
-
-
-def test_accumulation_steps_hints():
-    """Are a float result, a wrong formula and a missing ValueError reported?"""
-    _fails(checks.accumulation_steps, lambda g, p, w: g / (p * w), "return an int")
-    _fails(checks.accumulation_steps, lambda g, p, w: g // p, "solve for steps")
-    _fails(checks.accumulation_steps, lambda g, p, w: g // (p * w), "raise ValueError")
+    _fails(ddp.shard_indices, _no_set_epoch, "seed \\+ epoch")

@@ -7,6 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from labkit import checks, launch, models, mp, pipeline, pipeline_run, timeline
+from labkit.checks import model_parallel
+from labkit.checks import pipeline as pipeline_checks
 
 CASES = [("gpipe", p, m, 1) for p in (2, 3, 4) for m in (1, 2, 4, 8)] + \
         [("1f1b", p, m, 1) for p in (2, 3, 4) for m in (1, 2, 4, 8)] + \
@@ -226,17 +228,17 @@ def test_pipeline_parallel_on_two_ranks():
 def test_checks_give_specific_hints():
     """Do the pipeline checks recognise the classic mistakes?"""
     cases = [
-        (checks.bubble_formula, lambda p, m: (p - 1) / m, "ideal time"),
-        (checks.min_devices, lambda n, gib, b=4: -(-n * b * 4 // int(gib * 1e9)),
+        (pipeline_checks.bubble_formula, lambda p, m: (p - 1) / m, "ideal time"),
+        (model_parallel.min_devices, lambda n, gib, b=4: -(-n * b * 4 // int(gib * 1e9)),
          "2\\*\\*30"),
-        (checks.min_devices, lambda n, gib, b=4: -(-n * b // (gib * 2**30)), "Adam"),
-        (checks.split_microbatches,
+        (model_parallel.min_devices, lambda n, gib, b=4: -(-n * b // (gib * 2**30)), "Adam"),
+        (pipeline_checks.split_microbatches,
          lambda x, y, m, p: list(zip(x.chunk(m), y.chunk(m))), "must raise ValueError"),
-        (checks.split_in_two,
+        (model_parallel.split_in_two,
          lambda model: (copy.deepcopy(model[:3]), copy.deepcopy(model[3:])),
          "copies|Linear"),
-        (checks.gpipe_table, lambda p, m: [[None]], "wrong table"),
-        (checks.overlap_seconds, lambda events: 0.0, "Sort the start and end"),
+        (pipeline_checks.gpipe_table, lambda p, m: [[None]], "wrong table"),
+        (model_parallel.overlap_seconds, lambda events: 0.0, "Sort the start and end"),
     ]
     for check, attempt, hint in cases:
         with pytest.raises(checks.ExerciseFailed, match=hint):
@@ -256,7 +258,7 @@ def test_gpipe_step_hint_for_missing_division():
         return total
 
     with pytest.raises(checks.ExerciseFailed, match="divide each micro-batch loss"):
-        checks.gpipe_step(unscaled)
+        pipeline_checks.gpipe_step(unscaled)
 
 
 def test_thread_receive_times_out():
@@ -270,12 +272,12 @@ def test_thread_receive_times_out():
 def test_checks_reject_wrong_shapes_of_answers():
     """Do the checks explain answers of the wrong type or shape?"""
     with pytest.raises(checks.ExerciseFailed, match="return a pair"):
-        checks.split_in_two(lambda model: model)
+        model_parallel.split_in_two(lambda model: model)
     with pytest.raises(checks.ExerciseFailed, match="math.ceil"):
-        checks.min_devices(lambda n, gib, b=4: n * b * 4 / (gib * 2**30) + 5.0)
+        model_parallel.min_devices(lambda n, gib, b=4: n * b * 4 / (gib * 2**30) + 5.0)
     with pytest.raises(checks.ExerciseFailed, match="say the numbers"):
         def vague(x, y, m, p):
             if len(x) % m or m < p:
                 raise ValueError("bad sizes")
             return list(zip(x.chunk(m), y.chunk(m)))
-        checks.split_microbatches(vague)
+        pipeline_checks.split_microbatches(vague)

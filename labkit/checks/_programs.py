@@ -1,0 +1,118 @@
+"""What every *program* check shares: load the learner's module afresh, launch it on
+ranks, and turn what goes wrong into a hint.
+
+A program exercise is a cell that starts with ``%%writefile my_module.py``; the
+learner's code lives in function bodies between the solution markers. The check
+right after it calls ``load_program("my_module.py")`` (a fresh import, so an edited
+file is always picked up) and ``launch_program(...)``, which runs a function of that
+module on N ranks with ``labkit.launch`` and converts the launcher's errors:
+
+- a rank that hits the stub's ``NotImplementedError`` -> "not done yet";
+- a collective that never completes -> the ranks that waited, and the usual causes;
+- any other exception -> the rank, the exception and the learner's own line.
+
+Checks then compare what the ranks returned with a reference and name the classic
+mistake that explains the difference (``mistake``).
+"""
+
+import importlib
+import linecache
+import sys
+from pathlib import Path
+
+from labkit import launch
+from labkit.checks._core import ExerciseFailed
+
+__all__ = ["load_program", "launch_program", "first_difference"]
+
+
+def load_program(path) -> object:
+    """Import the module the learner wrote to ``path`` afresh and return it.
+
+    The module's folder goes to the front of ``sys.path``, so ranks import the same
+    file. Errors become ``ExerciseFailed`` that say which cell to run or fix.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ExerciseFailed(
+            f"{path} does not exist yet: run the `%%writefile {path.name}` cell above "
+            "first (it writes the file), then this one.")
+    folder, name = str(path.resolve().parent), path.stem
+    if sys.path[0] != folder:
+        sys.path.insert(0, folder)
+    sys.modules.pop(name, None)   # an edited file must be imported again
+    linecache.checkcache(str(path))
+    importlib.invalidate_caches()
+    try:
+        return importlib.import_module(name)
+    except NotImplementedError:
+        raise ExerciseFailed(f"{path.name}: not done yet. Replace `raise "
+                             "NotImplementedError()` with your code.") from None
+    except Exception as err:   # SyntaxError, NameError at import: say where
+        raise ExerciseFailed(
+            f"{path.name} does not import: {type(err).__name__}: {err}. Fix the "
+            f"`%%writefile {path.name}` cell and run it again.") from None
+
+
+def _learner_lines(traceback_text: str, filename: str) -> str:
+    """Return the traceback lines that point into the learner's file."""
+    lines = traceback_text.splitlines()
+    keep = []
+    for i, line in enumerate(lines):
+        if f"{filename}\"" in line:
+            keep.append(line.strip())
+            if i + 1 < len(lines):
+                keep.append("    " + lines[i + 1].strip())
+    return "\n".join(keep[-4:])
+
+
+def launch_program(exercise: str, worker, world_size: int = 2, args: tuple = (),
+                   timeout: float = 30.0, hang_hint: str = "", explain=None,
+                   module: str | None = None, **kwargs) -> list:
+    """Run ``worker`` (a function of the learner's module) on ranks; return results.
+
+    ``hang_hint`` is added when a collective times out: name the likely mistake
+    (a rank that skips a send, a barrier on one rank only, ...). ``explain(text)``
+    may turn a rank's traceback into the hint for a classic mistake (None: no idea).
+    ``module`` names the learner's module when ``worker`` is a labkit harness that
+    imports it in the rank. The backend is gloo unless given, so a check runs the
+    same on any machine.
+    """
+    filename = f"{module or worker.__module__}.py"
+    kwargs.setdefault("backend", "gloo")
+    try:
+        return launch.run(worker, world_size, args=args, timeout=timeout, **kwargs)
+    except launch.WorkerError as err:
+        if "NotImplementedError" in err.traceback:
+            raise ExerciseFailed(
+                f"{exercise}: not done yet (rank {err.rank} reached `raise "
+                f"NotImplementedError()` in {filename}). Write that function body, "
+                "run its cell, then this one.") from None
+        last = err.traceback.strip().splitlines()[-1]
+        where = _learner_lines(err.traceback, filename)
+        hint = explain(err.traceback) if explain else None
+        raise ExerciseFailed(
+            f"{exercise}: rank {err.rank} raised {last}"
+            + (f"\nIn your code:\n{where}" if where else "")
+            + (f"\n{hint}" if hint else "")) from None
+    except (launch.CollectiveTimeout, launch.DeadlineExceeded) as err:
+        raise ExerciseFailed(
+            f"{exercise}: rank(s) {err.ranks} waited more than {timeout:g} s for the "
+            "others: some rank called a collective (or send/recv) that the others "
+            f"never matched. {hang_hint}".rstrip()) from None
+
+
+def first_difference(want: dict, got: dict, atol: float) -> tuple | None:
+    """Return (name, max |difference|) of the first tensor off by more than ``atol``.
+
+    ``want`` and ``got`` map names to tensors (parameters, gradients); a name only
+    one side has counts as a difference of ``inf``. None when all agree.
+    """
+    for name in want:
+        if name not in got:
+            return name, float("inf")
+        gap = (want[name].double() - got[name].detach().cpu().double()).abs().max()
+        if gap.item() > atol:
+            return name, gap.item()
+    extra = sorted(set(got) - set(want))
+    return (extra[0], float("inf")) if extra else None

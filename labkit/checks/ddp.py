@@ -1,0 +1,430 @@
+"""Checks for lab 03 (DistributedDataParallel): sharding like DistributedSampler, the
+all-reduce the learner writes, the DDP worker with sampler and checkpoint, and the
+same worker under torchrun.
+
+The program checks launch the learner's module on 2 gloo ranks and compare with a
+one-process reference trained on the same data in the same order. A rank-side
+harness (``spied_train``) watches the calls that matter (``DistributedSampler``,
+``set_epoch``, ``DDP``, ``torch.save``/``torch.load``, ``dist.barrier``) so that the
+hint can name the classic mistake rather than only say "the weights differ".
+"""
+
+import importlib
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DistributedSampler
+
+from labkit import data, models
+from labkit.checks._core import ExerciseFailed, attempt, passed
+from labkit.checks._programs import first_difference, launch_program, load_program
+
+__all__ = ["shard_indices", "allreduce_worker", "ddp_worker", "ddp_under_torchrun",
+           "one_process_reference", "spied_train"]
+
+TOLERANCE = 1e-5   # DDP vs one process, every parameter (float rounding is ~1e-7)
+
+
+# ---------------------------------------------------------------- exercise 3.1
+
+
+def _sampler_indices(num_samples, rank, world_size, epoch, seed, shuffle) -> list:
+    sampler = DistributedSampler(range(num_samples), num_replicas=world_size,
+                                 rank=rank, shuffle=shuffle, seed=seed)
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+def _shard_hint(got, num_samples, rank, world_size, epoch, seed) -> str:
+    """Name the classic sharding mistake that produced ``got``."""
+    per_rank = math.ceil(num_samples / world_size)
+    if len(got) != per_rank:
+        return (f"Every rank must get ceil(N / world_size) = {per_rank} indices, padding "
+                "the list with its first indices so all ranks do the same number of "
+                "steps (uneven ranks hang DDP).")
+    if epoch and got == _sampler_indices(num_samples, rank, world_size, 0, seed, True):
+        return ("You shuffled the same way every epoch: seed the generator with "
+                "seed + epoch (that is what set_epoch is for).")
+    return ("Shuffle all N indices with torch.randperm(N, generator=g) where "
+            "g.manual_seed(seed + epoch), pad, then take every world_size-th index "
+            "starting at rank: indices[rank::world_size].")
+
+
+def shard_indices(fn) -> None:
+    """Check ``fn(num_samples, rank, world_size, epoch, seed, shuffle)`` vs sampler."""
+    name = "shard_indices"
+    cases = [(10, 0, 2, 0, 0, False), (10, 1, 2, 0, 0, False), (10, 1, 3, 0, 0, False),
+             (11, 0, 4, 0, 0, True), (11, 3, 4, 0, 0, True), (20, 1, 2, 3, 7, True)]
+    for num_samples, rank, world_size, epoch, seed, shuffle in cases:
+        got = attempt(name, fn, num_samples, rank, world_size, epoch, seed, shuffle)
+        got = ([int(i) for i in got] if isinstance(got, (list, tuple, torch.Tensor))
+               else got)
+        want = _sampler_indices(num_samples, rank, world_size, epoch, seed, shuffle)
+        if got != want:
+            hint = (_shard_hint(got, num_samples, rank, world_size, epoch, seed)
+                    if isinstance(got, list) else "Return a list of ints.")
+            raise ExerciseFailed(
+                f"{name}: N={num_samples}, rank {rank} of {world_size}, epoch {epoch}, "
+                f"seed {seed}, shuffle={shuffle}: DistributedSampler gives {want}, you "
+                f"gave {got}. {hint}")
+    passed(name, "Index for index what DistributedSampler (with set_epoch) yields.")
+
+
+# ---------------------------------------------------------------- exercise 3.2
+
+
+def _sgd_reference(steps: int, global_batch: int, lr: float, seed: int) -> dict:
+    """Train small_cnn in this process on each whole global batch (the truth)."""
+    torch.manual_seed(seed)
+    model = models.small_cnn()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    images, labels = data.random_batch(steps * global_batch, seed + 1)
+    for step in range(steps):
+        batch = slice(step * global_batch, (step + 1) * global_batch)
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(model(images[batch]), labels[batch]).backward()
+        optimizer.step()
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def _check_shares(name: str, my_share, world_size: int, global_batch: int) -> None:
+    """Call the learner's ``my_share`` for every rank: disjoint, complete, balanced."""
+    ids = torch.arange(global_batch)
+    shares = [attempt(name, my_share, ids.float().view(-1, 1), ids, r, world_size)
+              for r in range(world_size)]
+    taken = [s[1].tolist() for s in shares]
+    flat = [i for share in taken for i in share]
+    if len(flat) != len(set(flat)):
+        raise ExerciseFailed(
+            f"{name}: my_share gives some samples to two ranks ({taken}): each rank "
+            "must take its own slice, e.g. images[rank::world_size]. With the same "
+            "data everywhere, N ranks do the work of one.")
+    if sorted(flat) != ids.tolist():
+        raise ExerciseFailed(
+            f"{name}: together the ranks see {len(flat)} of {global_batch} samples: "
+            "the slices must cover the whole global batch.")
+    if len({len(share) for share in taken}) > 1:
+        raise ExerciseFailed(f"{name}: the slices have sizes {[len(s) for s in taken]}:"
+                             " equal shares, or the mean of means is not the mean.")
+    if any(not torch.equal(x.view(-1).long(), y) for x, y in shares):
+        raise ExerciseFailed(f"{name}: my_share must slice images and labels alike.")
+
+
+def allreduce_worker(path="allreduce_worker.py", world_size: int = 2, steps: int = 8,
+                     global_batch: int = 32, lr: float = 0.05) -> None:
+    """Check the learner's all-reduce training equals one process on the whole batch.
+
+    Launches ``train`` of the module at ``path`` on ``world_size`` gloo ranks.
+    """
+    name = "allreduce_worker"
+    module = load_program(path)
+    _check_shares(name, module.my_share, world_size, global_batch)
+    ranks = launch_program(
+        name, module.train, world_size, args=(steps, global_batch, lr, 0),
+        hang_hint="Does every rank all-reduce every parameter, in the same order?")
+    for rank, weights in enumerate(ranks[1:], start=1):
+        gap = first_difference(ranks[0], weights, 0.0)
+        if gap:
+            raise ExerciseFailed(
+                f"{name}: after {steps} steps rank {rank}'s {gap[0]} differs from rank "
+                f"0's by {gap[1]:.2e}: the replicas drifted apart. Every rank must "
+                "all_reduce every parameter's .grad (then divide), so that all of them "
+                "take the same step.")
+    want = _sgd_reference(steps, global_batch, lr, 0)
+    gap = first_difference(want, ranks[0], TOLERANCE)
+    if gap is None:
+        passed(name, f"{world_size} ranks x {global_batch // world_size} images = one "
+                     f"process x {global_batch}, to {TOLERANCE:g} after {steps} steps.")
+        return
+    if first_difference(_sgd_reference(steps, global_batch, lr * world_size, 0),
+                        ranks[0], TOLERANCE) is None:
+        hint = ("That is the SUM of the gradients (as if the learning rate were "
+                f"{world_size}x larger): all_reduce adds them up, so divide by "
+                "dist.get_world_size() to get the mean.")
+    else:
+        hint = ("Average each parameter's .grad over the ranks: dist.all_reduce(p.grad) "
+                "then p.grad /= world_size, after backward and before step.")
+    raise ExerciseFailed(f"{name}: after {steps} steps {gap[0]} differs from one "
+                         f"process on the whole batch by {gap[1]:.2e} (tolerance "
+                         f"{TOLERANCE:g}). {hint}")
+
+
+# ---------------------------------------------------------------- exercise 3.3: reference
+
+
+def one_process_reference(cfg, set_epoch: bool = True) -> dict:
+    """Train what DDP trains, in one process: each step one whole global batch.
+
+    With N ranks, ``DistributedSampler`` deals rank r the indices order[r::N] of one
+    shuffled order; step j of all ranks together is order[j*B:(j+1)*B] with
+    B = batch_per_rank * N. The mean of the ranks' mean gradients is the mean over
+    those B images, so one process stepping through the same order is the truth.
+    ``set_epoch=False`` reproduces the classic mistake (same order every epoch).
+    """
+    split = data.DeviceData.mnist(train=True, limit=cfg.limit)
+    world_batch = cfg.batch_per_rank * 2
+    torch.manual_seed(cfg.seed)
+    model = models.small_cnn()
+    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    for epoch in range(cfg.epochs):
+        sampler = DistributedSampler(range(len(split)), num_replicas=1, rank=0,
+                                     shuffle=True, seed=cfg.seed)
+        if set_epoch:
+            sampler.set_epoch(epoch)
+        order = list(sampler)   # the same shuffle DistributedSampler deals out
+        for start in range(0, len(order), world_batch):
+            index = torch.tensor(order[start:start + world_batch])
+            optimizer.zero_grad(set_to_none=True)
+            F.cross_entropy(model(split.images[index]), split.labels[index]).backward()
+            optimizer.step()
+    return {name: t.detach().clone() for name, t in model.state_dict().items()}
+
+
+# ---------------------------------------------------------------- exercise 3.3: harness
+
+
+class _CheckStop(RuntimeError):
+    """Raised inside a rank by a spy that caught a mistake before it could hang."""
+
+
+@contextmanager
+def _spies(ctx, events: list):
+    """Record (in ``events``) the calls the DDP worker must make, in this rank.
+
+    Only while the learner's code runs: sending the result back pickles tensors,
+    which calls torch.save too.
+    """
+    def note(kind, **details):
+        events.append({"kind": kind, "t": time.monotonic(), **details})
+
+    originals = (DistributedSampler.__init__, DistributedSampler.set_epoch,
+                 DistributedDataParallel.__init__, torch.save, torch.load, dist.barrier)
+    sampler_init, set_epoch, ddp_init, save, load, barrier = originals
+
+    def spied_sampler_init(self, *args, **kwargs):
+        sampler_init(self, *args, **kwargs)
+        note("sampler", num_replicas=self.num_replicas, rank=self.rank,
+             shuffle=self.shuffle)
+
+    def spied_set_epoch(self, epoch):
+        note("set_epoch", epoch=epoch)
+        set_epoch(self, epoch)
+
+    def spied_ddp_init(self, module, *args, **kwargs):
+        note("ddp")
+        ddp_init(self, module, *args, **kwargs)
+
+    def spied_save(obj, f, *args, **kwargs):
+        note("save", keys=list(obj) if isinstance(obj, dict) else None)
+        time.sleep(0.3)   # a real file takes time: a rank that does not wait shows it
+        save(obj, f, *args, **kwargs)
+
+    def spied_load(f, *args, **kwargs):
+        waited = any(e["kind"] == "barrier" for e in events)
+        note("load", map_location="map_location" in kwargs or len(args) > 0)
+        if not waited and ctx.rank != 0:
+            raise _CheckStop(f"labkit check: rank {ctx.rank} called torch.load before "
+                             "any dist.barrier()")
+        return load(f, *args, **kwargs)
+
+    def spied_barrier(*args, **kwargs):
+        note("barrier")
+        return barrier(*args, **kwargs)
+
+    (DistributedSampler.__init__, DistributedSampler.set_epoch,
+     DistributedDataParallel.__init__, torch.save, torch.load, dist.barrier) = (
+        spied_sampler_init, spied_set_epoch, spied_ddp_init, spied_save, spied_load,
+        spied_barrier)
+    try:
+        yield
+    finally:
+        (DistributedSampler.__init__, DistributedSampler.set_epoch,
+         DistributedDataParallel.__init__, torch.save, torch.load,
+         dist.barrier) = originals
+
+
+def spied_train(ctx, module_name: str, cfg_fields: dict) -> dict:
+    """Rank worker: run the learner's ``train`` with the spies in place.
+
+    Returns the weights the learner's ``train`` returned and what the spies saw.
+    """
+    events: list = []
+    module = importlib.import_module(module_name)
+    with _spies(ctx, events):
+        weights = module.train(ctx, module.Config(**cfg_fields))
+    return {"weights": weights, "events": events}
+
+
+# ---------------------------------------------------------------- exercise 3.3: check
+
+
+def _explain_crash(traceback_text: str) -> str | None:
+    """Name the mistake behind an exception in the learner's DDP worker."""
+    if "torch.load before any dist.barrier()" in traceback_text:
+        return ("A rank loaded the checkpoint without waiting: call dist.barrier() on "
+                "every rank after rank 0's torch.save and before torch.load (without it "
+                "rank 1 reads a file that is not written yet).")
+    if "FileNotFoundError" in traceback_text:
+        return ("A rank loaded the checkpoint before rank 0 had written it: the "
+                "dist.barrier() must come after the save, on every rank.")
+    if "has no attribute 'module'" in traceback_text:
+        return ("model.module is DDP's wrapped model: wrap the model in "
+                "DistributedDataParallel (the `wrap` function), then save "
+                "model.module.state_dict().")
+    return None
+
+
+def _events(result: dict, kind: str) -> list:
+    return [e for e in result["events"] if e["kind"] == kind]
+
+
+def _check_calls(name: str, ranks: list, epochs: int) -> None:
+    """Name the missing or misplaced call, from what the spies saw on each rank."""
+    for rank, result in enumerate(ranks):
+        if not _events(result, "ddp"):
+            raise ExerciseFailed(f"{name}: rank {rank} never built "
+                                 "DistributedDataParallel(...): `wrap` must return "
+                                 "DDP(model) (device_ids=[device] on a GPU).")
+        samplers = _events(result, "sampler")
+        if not samplers:
+            raise ExerciseFailed(
+                f"{name}: rank {rank} made no DistributedSampler: without it every "
+                "rank reads the whole data set in the same order, so N ranks repeat "
+                "one rank's work. Pass sampler=DistributedSampler(dataset, ...) to the "
+                "DataLoader (and no shuffle=True there).")
+        epochs_set = [e["epoch"] for e in _events(result, "set_epoch")]
+        if epochs_set != list(range(epochs)):
+            raise ExerciseFailed(
+                f"{name}: rank {rank} called sampler.set_epoch with {epochs_set}, "
+                f"expected {list(range(epochs))}: call sampler.set_epoch(epoch) at the "
+                "start of every epoch, or every epoch repeats the first one's order.")
+    savers = [r for r, result in enumerate(ranks) if _events(result, "save")]
+    if savers != [0]:
+        raise ExerciseFailed(
+            f"{name}: rank(s) {savers} called torch.save: only rank 0 should write "
+            "(all ranks hold the same weights; N writers race on one file).")
+    keys = _events(ranks[0], "save")[0]["keys"] or []
+    if any(str(k).startswith("module.") for k in keys):
+        raise ExerciseFailed(
+            f"{name}: the saved keys start with 'module.' ({keys[0]}): save "
+            "model.module.state_dict(), which loads into a plain model too.")
+    for rank, result in enumerate(ranks):
+        if not all(e["map_location"] for e in _events(result, "load")):
+            raise ExerciseFailed(
+                f"{name}: rank {rank} called torch.load without map_location: on GPUs "
+                "every rank would load onto the GPU the file was saved from (cuda:0). "
+                "Pass map_location=ctx.device.")
+
+
+def ddp_worker(path="ddp_worker.py", epochs: int = 2, limit: int = 1024,
+               batch_per_rank: int = 32) -> None:
+    """Check the learner's DDP worker: 2 ranks equal one process; sampler, checkpoint.
+
+    Launches ``train`` of the module at ``path`` on 2 gloo ranks (through
+    ``spied_train``), then compares the weights every rank loaded with
+    ``one_process_reference``.
+    """
+    name = "ddp_worker"
+    module = load_program(path)
+    folder = tempfile.mkdtemp(prefix="labkit-ddp-check-")
+    fields = {"epochs": epochs, "limit": limit, "batch_per_rank": batch_per_rank,
+              "checkpoint": os.path.join(folder, "checkpoint.pt")}
+    cfg = module.Config(**fields)
+    try:
+        ranks = launch_program(
+            name, spied_train, 2, args=(module.__name__, fields), timeout=60,
+            explain=_explain_crash, module=module.__name__,
+            hang_hint="Is dist.barrier() called on every rank, not only on rank 0?")
+    finally:
+        for leftover in Path(folder).glob("*"):
+            leftover.unlink()
+        os.rmdir(folder)
+    _check_calls(name, ranks, epochs)
+    want = one_process_reference(cfg)
+    for rank, result in enumerate(ranks):
+        gap = first_difference(want, result["weights"], TOLERANCE)
+        if gap is None:
+            continue
+        same_order = one_process_reference(cfg, set_epoch=False)
+        if first_difference(same_order, result["weights"], TOLERANCE) is None:
+            hint = "That is the run without set_epoch: every epoch had the same order."
+        else:
+            hint = ("Zero the gradients, then per batch: forward, cross_entropy, "
+                    "backward, step; move each batch to ctx.device.")
+        raise ExerciseFailed(
+            f"{name}: rank {rank} loaded weights whose {gap[0]} differs from one "
+            f"process trained on the same {epochs} epochs by {gap[1]:.2e} (tolerance "
+            f"{TOLERANCE:g}). {hint}")
+    steps = epochs * limit // (2 * batch_per_rank)
+    passed(name, f"2 ranks x {batch_per_rank} images = one process x "
+                 f"{2 * batch_per_rank}, to {TOLERANCE:g} after {steps} steps; saved "
+                 "once, loaded everywhere.")
+
+
+# ---------------------------------------------------------------- exercise 3.4
+
+
+def _torchrun_failure(stderr: str) -> str:
+    """Say what went wrong in a torchrun run, from its stderr."""
+    if "NotImplementedError" in stderr:
+        return "not done yet: setup_from_env still raises NotImplementedError."
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if "Error" in line and not line.startswith(" ")]
+    last = errors[-1] if errors else (lines[-1] if lines else "(no output)")
+    hint = ""
+    if "RANK" in last and "not set" in last:
+        hint = " Read RANK, WORLD_SIZE and LOCAL_RANK from os.environ (torchrun sets them)."
+    elif "init_process_group" in stderr and "Default process group" in stderr:
+        hint = " Call dist.init_process_group(backend, init_method='env://') first."
+    return f"torchrun failed: {last.strip()}.{hint}"
+
+
+def ddp_under_torchrun(path="ddp_script.py", worker_path="ddp_worker.py",
+                       epochs: int = 1, limit: int = 512, timeout: float = 180) -> None:
+    """Check the script runs the same worker under ``torchrun --standalone``, 2 ranks.
+
+    Runs ``torchrun --standalone --nproc-per-node=2 <path> <out> <epochs> <limit>``;
+    the script saves what rank 0 loaded to ``out``, compared with the reference.
+    """
+    name = "ddp_under_torchrun"
+    load_program(worker_path)   # the worker it imports must be there and import
+    script = Path(path).resolve()
+    load_program(script)
+    out = Path(tempfile.mkdtemp(prefix="labkit-torchrun-check-")) / "weights.pt"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node=2", str(script), str(out), str(epochs), str(limit)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(script.parent), *sys.path])}
+    try:
+        done = subprocess.run(torchrun, capture_output=True, text=True,
+                              timeout=timeout, env=env, cwd=script.parent)
+    except subprocess.TimeoutExpired:
+        raise ExerciseFailed(f"{name}: torchrun did not finish within {timeout:g} s: a "
+                             "rank waits for another (init_process_group on every "
+                             "rank? the same world size?).") from None
+    if done.returncode != 0 or not out.exists():
+        shutil.rmtree(out.parent, ignore_errors=True)
+        raise ExerciseFailed(f"{name}: {_torchrun_failure(done.stderr)}")
+    weights = torch.load(out, weights_only=True)
+    shutil.rmtree(out.parent)
+    module = load_program(worker_path)
+    want = one_process_reference(module.Config(epochs=epochs, limit=limit))
+    gap = first_difference(want, weights, TOLERANCE)
+    if gap:
+        raise ExerciseFailed(
+            f"{name}: under torchrun, {gap[0]} differs from one process by "
+            f"{gap[1]:.2e}: is every rank in one process group of world size 2 "
+            "(read WORLD_SIZE and RANK, not LOCAL_RANK alone)?")
+    passed(name, "The same worker, unchanged, under torchrun: same weights as one "
+                 "process.")
