@@ -41,6 +41,7 @@ PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "labkit.launch"]
 STOP_S = 5.0   # seconds a rank gets to exit before it is killed
 RANK_ENV = "LABKIT_RANK"   # set inside every launched rank (labkit.data reads it)
 STACK_SIGNAL = signal.SIGUSR1
+TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,9 @@ def classify(err: BaseException) -> str:
     if isinstance(err, dist.DistStoreError):
         return "timeout"
     frames = traceback.extract_tb(err.__traceback__)
-    raised_by_torch = bool(frames) and f"torch{os.sep}distributed" in frames[-1].filename
+    # Raised inside torch (a collective, or DDP's all-reduce inside autograd's engine),
+    # not by the worker's own code, whatever words the worker's message might use.
+    raised_by_torch = bool(frames) and frames[-1].filename.startswith(TORCH_DIR)
     if raised_by_torch and type(err) in (RuntimeError, dist.DistBackendError,
                                          dist.DistNetworkError):
         text = str(err)

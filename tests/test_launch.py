@@ -124,6 +124,16 @@ def raise_own_timeout(ctx, error):
     raise error
 
 
+def uneven_ddp_steps(ctx):
+    """Rank 0 runs one more DDP step: its all-reduce inside backward times out."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = DistributedDataParallel(torch.nn.Linear(4, 1))
+    for _ in range(3 if ctx.rank == 0 else 2):
+        model(torch.ones(2, 4)).sum().backward()
+    return ctx.rank
+
+
 # ---------------------------------------------------------------- helpers
 
 
@@ -660,6 +670,12 @@ def test_periodic_report_says_which_ranks_finished(capsys):
     assert "rank 0: finished" in printed
     assert re.search(r"rank 1: running, at test_launch.py:\d+ in sleep_on_rank_one",
                      printed)
+
+
+def test_timeout_inside_ddp_backward_is_a_collective_timeout():
+    """Is gloo's timeout raised in DDP's backward (autograd's engine) a timeout?"""
+    with pytest.raises(launch.CollectiveTimeout, match="Rank 0 waited more than 3 s"):
+        run_gloo(uneven_ddp_steps, world_size=2, timeout=3)
 
 
 @pytest.mark.parametrize("error", [TimeoutError("timed out waiting for my queue"),
