@@ -12,9 +12,14 @@ import time
 import torch
 import torch.distributed as dist
 
-from labkit import hardware, launch, train
+from labkit import data, hardware, launch, models, train
 
-__all__ = ["images_per_second", "ddp_scaling"]
+__all__ = ["images_per_second", "measure", "ddp_scaling"]
+
+# The models a measurement can train: the small CNN (cheap, CPU ranks), or an MLP
+# wide enough that a GPU step is long next to its all-reduce (NCCL ranks).
+MODELS = {"small_cnn": lambda: models.small_cnn(),
+          "wide_mlp": lambda: models.deep_mlp(num_layers=6, width=4096)}
 
 
 def _pin_to_a_core(rank: int) -> None:
@@ -28,7 +33,8 @@ def _pin_to_a_core(rank: int) -> None:
 
 
 def images_per_second(ctx, global_batch: int, steps: int, warmup: int,
-                      sync: bool = True, pin: bool = True, bucket_view: bool = True) -> tuple:
+                      sync: bool = True, pin: bool = True, bucket_view: bool = True,
+                      model_name: str = "small_cnn") -> tuple:
     """Train small_cnn on this rank's share of each global batch.
 
     Returns (images/s of the whole global batch, CPU share: CPU seconds this rank
@@ -39,34 +45,46 @@ def images_per_second(ctx, global_batch: int, steps: int, warmup: int,
     """
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from labkit import data, models
-
-    if pin:
+    if pin and ctx.device.type == "cpu":
         _pin_to_a_core(ctx.rank)
     per_rank = global_batch // ctx.world_size
-    split = data.DeviceData.mnist(train=True, limit=per_rank * (steps + warmup))
+    split = data.DeviceData.mnist(train=True, limit=per_rank * (steps + warmup),
+                                  device=ctx.device)
     batches = list(split.batches(per_rank, generator=torch.Generator().manual_seed(0)))
     torch.manual_seed(0)
-    model = models.small_cnn()
+    model = MODELS[model_name]().to(ctx.device)
     if ctx.world_size > 1 and sync:
-        model = DDP(model, gradient_as_bucket_view=bucket_view)
+        device_ids = [ctx.device] if ctx.device.type == "cuda" else None
+        model = DDP(model, device_ids=device_ids, gradient_as_bucket_view=bucket_view)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     for images, labels in batches[:warmup]:
         train.train_step(model, images, labels, optimizer)  # DDP all-reduces inside
+    train.synchronize(ctx.device)
     dist.barrier()
     start, cpu_start = time.perf_counter(), time.process_time()
     for images, labels in batches[warmup:]:
         train.train_step(model, images, labels, optimizer)  # DDP all-reduces inside
+    train.synchronize(ctx.device)
     dist.barrier()   # the step is done when the slowest rank is done
     wall = time.perf_counter() - start
     return global_batch * steps / wall, (time.process_time() - cpu_start) / wall
 
 
-def _measure(world_size: int, args: tuple) -> tuple:
+def _measure(world_size: int, args: tuple, backend: str = "gloo") -> tuple:
     """Launch ``images_per_second``; return the slowest rank's rate, all CPU shares."""
     ranks = launch.run(images_per_second, world_size=world_size, args=args,
-                       backend="gloo", timeout=300)
+                       backend=backend, timeout=300)
     return min(rate for rate, _ in ranks), [share for _, share in ranks]
+
+
+def measure(world_size: int, args: tuple, model_name: str = "small_cnn",
+            sync: bool = True) -> float:
+    """Images/s of ``world_size`` ranks (the slowest rank's), on the backend chosen here.
+
+    ``args`` = (global batch, timed steps, warm-up steps). ``sync=False`` trains
+    copies side by side without DDP: the no-communication ceiling. Lab 03 calls it.
+    """
+    return _measure(world_size, (*args, sync, True, True, model_name), "auto")[0]
 
 
 def ddp_scaling(global_batch: int = 512, steps: int = 30, warmup: int = 5,

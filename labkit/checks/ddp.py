@@ -31,7 +31,7 @@ from labkit.checks._core import ExerciseFailed, attempt, passed
 from labkit.checks._programs import first_difference, launch_program, load_program
 
 __all__ = ["shard_indices", "allreduce_worker", "ddp_worker", "ddp_under_torchrun",
-           "one_process_reference", "spied_train"]
+           "one_process_sgd", "one_process_reference", "spied_train"]
 
 TOLERANCE = 1e-5   # DDP vs one process, every parameter (float rounding is ~1e-7)
 
@@ -84,8 +84,9 @@ def shard_indices(fn) -> None:
 # ---------------------------------------------------------------- exercise 3.2
 
 
-def _sgd_reference(steps: int, global_batch: int, lr: float, seed: int) -> dict:
-    """Train small_cnn in this process on each whole global batch (the truth)."""
+def one_process_sgd(steps: int, global_batch: int, lr: float, seed: int) -> dict:
+    """Train small_cnn in this process on each whole global batch (the truth for
+    exercise 3.2: what 2 ranks with half batches and averaged gradients must equal)."""
     torch.manual_seed(seed)
     model = models.small_cnn()
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
@@ -141,13 +142,13 @@ def allreduce_worker(path="allreduce_worker.py", world_size: int = 2, steps: int
                 f"0's by {gap[1]:.2e}: the replicas drifted apart. Every rank must "
                 "all_reduce every parameter's .grad (then divide), so that all of them "
                 "take the same step.")
-    want = _sgd_reference(steps, global_batch, lr, 0)
+    want = one_process_sgd(steps, global_batch, lr, 0)
     gap = first_difference(want, ranks[0], TOLERANCE)
     if gap is None:
         passed(name, f"{world_size} ranks x {global_batch // world_size} images = one "
                      f"process x {global_batch}, to {TOLERANCE:g} after {steps} steps.")
         return
-    if first_difference(_sgd_reference(steps, global_batch, lr * world_size, 0),
+    if first_difference(one_process_sgd(steps, global_batch, lr * world_size, 0),
                         ranks[0], TOLERANCE) is None:
         hint = ("That is the SUM of the gradients (as if the learning rate were "
                 f"{world_size}x larger): all_reduce adds them up, so divide by "
@@ -163,7 +164,7 @@ def allreduce_worker(path="allreduce_worker.py", world_size: int = 2, steps: int
 # ---------------------------------------------------------------- exercise 3.3: reference
 
 
-def one_process_reference(cfg, set_epoch: bool = True) -> dict:
+def one_process_reference(cfg, set_epoch: bool = True, world_size: int = 2) -> dict:
     """Train what DDP trains, in one process: each step one whole global batch.
 
     With N ranks, ``DistributedSampler`` deals rank r the indices order[r::N] of one
@@ -173,7 +174,7 @@ def one_process_reference(cfg, set_epoch: bool = True) -> dict:
     ``set_epoch=False`` reproduces the classic mistake (same order every epoch).
     """
     split = data.DeviceData.mnist(train=True, limit=cfg.limit)
-    world_batch = cfg.batch_per_rank * 2
+    world_batch = cfg.batch_per_rank * world_size
     torch.manual_seed(cfg.seed)
     model = models.small_cnn()
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
@@ -303,6 +304,12 @@ def _check_calls(name: str, ranks: list, epochs: int) -> None:
                 "rank reads the whole data set in the same order, so N ranks repeat "
                 "one rank's work. Pass sampler=DistributedSampler(dataset, ...) to the "
                 "DataLoader (and no shuffle=True there).")
+        if samplers[-1]["num_replicas"] != len(ranks) or samplers[-1]["rank"] != rank:
+            raise ExerciseFailed(
+                f"{name}: rank {rank}'s DistributedSampler has num_replicas="
+                f"{samplers[-1]['num_replicas']}, rank={samplers[-1]['rank']}: each rank "
+                "then reads the wrong share (with num_replicas=1, the whole data set). "
+                "Leave both out: the sampler reads them from the process group.")
         epochs_set = [e["epoch"] for e in _events(result, "set_epoch")]
         if epochs_set != list(range(epochs)):
             raise ExerciseFailed(
