@@ -48,16 +48,26 @@ def ring_allreduce_bytes(
 
 
 def allreduce_seconds(
-    num_params: int, world_size: int, link_gbytes_per_s: float, bytes_per_value: int = 4
+    num_params: int,
+    world_size: int,
+    link_gbytes_per_s: float,
+    bytes_per_value: int = 4,
+    latency_s: float = 0.0,
 ) -> float:
-    """Return the bandwidth-bound time of one gradient all-reduce (latency ignored)."""
+    """Return the time of one ring all-reduce of the gradients: latency + bandwidth.
+
+    A ring takes 2(n-1) steps (reduce-scatter, then all-gather); each step pays the
+    link's latency ``latency_s`` once, and each GPU sends 2(n-1)/n of the bytes in
+    all: t = 2(n-1) * latency + 2(n-1)/n * bytes / bandwidth (lab 06 fits both).
+    """
     if link_gbytes_per_s <= 0:
         raise ValueError(
             f"link bandwidth must be positive, got {link_gbytes_per_s} GB/s."
         )
-    return ring_allreduce_bytes(num_params, world_size, bytes_per_value) / (
-        link_gbytes_per_s * 1e9
-    )
+    steps = 2 * (world_size - 1)
+    return steps * latency_s + ring_allreduce_bytes(
+        num_params, world_size, bytes_per_value
+    ) / (link_gbytes_per_s * 1e9)
 
 
 def _nbytes(tensors) -> int:

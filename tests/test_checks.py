@@ -51,9 +51,14 @@ def test_training_memory_forgotten_activations():
 @pytest.mark.parametrize(
     "fn, hint",
     [
-        (lambda n, w, link, b: n * b / (link * 1e9), "moves each byte twice"),
-        (lambda n, w, link, b: 2 * n * b / (link * 1e9), r"2\(n-1\)/n"),
-        (lambda n, w, link, b: 2 * (w - 1) / w * n * b / (link * 1e9) / 8, "gigaBYTES"),
+        (lambda n, w, link, b, a: n * b / (link * 1e9), "moves each byte twice"),
+        (lambda n, w, link, b, a: 2 * n * b / (link * 1e9), r"2\(n-1\)/n"),
+        (lambda n, w, link, b, a: 2 * (w - 1) / w * n * b / (link * 1e9) / 8,
+         "gigaBYTES"),
+        (lambda n, w, link, b, a: 2 * (w - 1) / w * n * b / (link * 1e9),
+         "latency is missing"),
+        (lambda n, w, link, b, a: 2 * (w - 1) / w * n * b / (link * 1e9) + a,
+         "each of its 2\(n-1\) steps"),
     ],
 )
 def test_allreduce_hints(fn, hint):
@@ -75,7 +80,7 @@ def test_allreduce_single_gpu_hint():
     """Is a nonzero time for one GPU explained?"""
     _fails(
         environment.allreduce_time,
-        lambda n, w, link, b: 2 * (w - 1) / w * n * b / (link * 1e9) + (w == 1),
+        lambda n, w, link, b, a: 2 * (w - 1) / w * n * b / (link * 1e9) + (w == 1),
         "nothing to synchronise",
     )
 

@@ -69,40 +69,49 @@ def training_memory(fn) -> None:
 
 
 def allreduce_time(fn) -> None:
-    """Check ``fn(num_params, world_size, link_gbytes_per_s, bytes_per_value) -> s``."""
+    """Check ``fn(num_params, world_size, link_gbytes_per_s, bytes_per_value,
+    latency_s) -> seconds`` for a ring all-reduce."""
     name = "allreduce_seconds"
     cases = [
-        (25_000_000, 2, 1.25, 4),
-        (25_000_000, 8, 12.5, 4),
-        (7_000_000_000, 8, 450.0, 2),
-        (25_000_000, 1, 12.5, 4),
+        (25_000_000, 2, 1.25, 4, 0.0),
+        (25_000_000, 8, 12.5, 4, 0.0),
+        (7_000_000_000, 8, 450.0, 2, 0.0),
+        (25_000_000, 1, 12.5, 4, 0.0),
+        (1_000, 8, 450.0, 4, 5e-6),   # a tiny message: latency dominates
+        (25_000_000, 4, 12.5, 4, 20e-6),
     ]
-    for num_params, world_size, link, width in cases:
-        got = attempt(name, fn, num_params, world_size, link, width)
-        want = estimate.allreduce_seconds(num_params, world_size, link, width)
-        plain = num_params * width / (link * 1e9)
-        hint = ""
-        if (
-            isinstance(got, (int, float))
-            and want
-            and abs(got - plain) < 1e-9 * plain + 1e-15
-        ):
-            hint = "A ring all-reduce moves each byte twice: reduce-scatter, all-gather"
-        elif (
-            isinstance(got, (int, float))
-            and want
-            and abs(got - 2 * plain) < 1e-9 * plain
-        ):
-            hint = "Each GPU sends 2(n-1)/n of the bytes, not 2x."
-        elif world_size == 1 and got != 0:
-            hint = "With one GPU there is nothing to synchronise: 0 seconds."
-        if isinstance(got, (int, float)) and want and abs(got * 8 - want) < 1e-9 * want:
-            hint = "Units: the link is in gigaBYTES per second; 10 Gbit/s is 1.25 GB/s."
+    for num_params, world_size, link, width, latency in cases:
+        got = attempt(name, fn, num_params, world_size, link, width, latency)
+        want = estimate.allreduce_seconds(num_params, world_size, link, width, latency)
+        hint = _allreduce_hint(got, want, num_params, world_size, link, width, latency)
         expect_close(
             name,
             got,
             want,
-            f"{num_params:,} params, {world_size} GPUs, {link} GB/s, {width} B/value",
+            f"{num_params:,} params, {world_size} GPUs, {link} GB/s, {width} B/value, "
+            f"latency {latency * 1e6:g} us",
             hint,
         )
-    passed(name, "Bandwidth, not compute, bounds gradient sync on slow links.")
+    passed(name, "Bandwidth bounds large messages, latency small ones (lab 06 fits both).")
+
+
+def _allreduce_hint(got, want, num_params, world_size, link, width, latency) -> str:
+    """Name the classic mistake in an all-reduce time estimate."""
+    if not isinstance(got, (int, float)) or not want:
+        return ("With one GPU there is nothing to synchronise: 0 seconds."
+                if world_size == 1 and got != 0 else "")
+    plain = num_params * width / (link * 1e9)
+    bandwidth = want - 2 * (world_size - 1) * latency
+    close = lambda a, b: abs(a - b) < 1e-9 * max(abs(b), 1e-15)   # noqa: E731
+    if latency and close(got, bandwidth):
+        return (f"The latency is missing: a ring takes 2(n-1) = {2 * (world_size - 1)} "
+                "steps, and each step pays the link's latency once.")
+    if latency and close(got, bandwidth + latency):
+        return "The ring pays the latency in each of its 2(n-1) steps, not once."
+    if close(got * 8, want):
+        return "Units: the link is in gigaBYTES per second; 10 Gbit/s is 1.25 GB/s."
+    if close(got, plain):
+        return "A ring all-reduce moves each byte twice: reduce-scatter, all-gather"
+    if close(got, 2 * plain):
+        return "Each GPU sends 2(n-1)/n of the bytes, not 2x."
+    return ""
