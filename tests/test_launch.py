@@ -685,3 +685,17 @@ def test_a_workers_own_timeout_text_is_not_a_collective_timeout(error):
     with pytest.raises(launch.WorkerError, match="Rank 0 raised") as caught:
         run_gloo(raise_own_timeout, world_size=1, args=(error,))
     assert not isinstance(caught.value, launch.CollectiveTimeout)
+
+
+def test_run_command_kills_the_whole_group_on_timeout(tmp_path):
+    """Does a check's torchrun-style command leave no child behind on a timeout?"""
+    from labkit.checks._programs import run_command
+
+    script = ("import subprocess, sys, time; "
+              f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+              f"open({str(tmp_path / 'child.pid')!r}, 'w').write(str(child.pid)); "
+              "time.sleep(600)")
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_command([sys.executable, "-c", script], timeout=3)
+    pids = _pids(tmp_path, "child.pid")
+    assert len(pids) == 1 and _gone_within(pids, 5.0)

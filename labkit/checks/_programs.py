@@ -17,13 +17,16 @@ mistake that explains the difference (``mistake``).
 
 import importlib
 import linecache
+import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
 from labkit import launch
 from labkit.checks._core import ExerciseFailed
 
-__all__ = ["load_program", "launch_program", "first_difference"]
+__all__ = ["load_program", "launch_program", "run_command", "first_difference"]
 
 
 def load_program(path) -> object:
@@ -116,3 +119,24 @@ def first_difference(want: dict, got: dict, atol: float) -> tuple | None:
             return name, gap.item()
     extra = sorted(set(got) - set(want))
     return (extra[0], float("inf")) if extra else None
+
+
+def run_command(command: list, timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """Run a command (e.g. torchrun) in its own process group; capture its output.
+
+    On a timeout, an interrupt of the cell or any error, the whole group is killed:
+    torchrun's ranks never outlive the check. A timeout raises
+    ``subprocess.TimeoutExpired`` as ``subprocess.run`` would.
+    """
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True, **kwargs)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except BaseException:   # TimeoutExpired, KeyboardInterrupt, ...
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(command, process.returncode, out, err)

@@ -28,7 +28,8 @@ from torch.utils.data import DistributedSampler
 
 from labkit import data, models
 from labkit.checks._core import ExerciseFailed, attempt, passed
-from labkit.checks._programs import first_difference, launch_program, load_program
+from labkit.checks._programs import (first_difference, launch_program, load_program,
+                                     run_command)
 
 __all__ = ["shard_indices", "allreduce_worker", "ddp_worker", "ddp_under_torchrun",
            "one_process_sgd", "one_process_reference", "spied_train"]
@@ -414,9 +415,9 @@ def ddp_under_torchrun(path="ddp_script.py", worker_path="ddp_worker.py",
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(script.parent), *sys.path])}
     try:
-        done = subprocess.run(torchrun, capture_output=True, text=True,
-                              timeout=timeout, env=env, cwd=script.parent)
+        done = run_command(torchrun, timeout, env=env, cwd=script.parent)
     except subprocess.TimeoutExpired:
+        shutil.rmtree(out.parent, ignore_errors=True)
         raise ExerciseFailed(f"{name}: torchrun did not finish within {timeout:g} s: a "
                              "rank waits for another (init_process_group on every "
                              "rank? the same world size?).") from None
