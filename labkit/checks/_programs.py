@@ -57,6 +57,16 @@ def load_program(path) -> object:
             f"`%%writefile {path.name}` cell and run it again.") from None
 
 
+def _is_stub(traceback_text: str) -> bool:
+    """Tell whether a rank stopped at the stub's bare ``raise NotImplementedError()``.
+
+    torch raises NotImplementedError *with a message* for unsupported operations
+    (a DTensor passed to ``dist.all_reduce``): that is a mistake, not a stub.
+    """
+    last = traceback_text.strip().splitlines()[-1].strip()
+    return last == "NotImplementedError"
+
+
 def _learner_lines(traceback_text: str, filename: str) -> str:
     """Return the traceback lines that point into the learner's file."""
     lines = traceback_text.splitlines()
@@ -86,7 +96,7 @@ def launch_program(exercise: str, worker, world_size: int = 2, args: tuple = (),
     try:
         return launch.run(worker, world_size, args=args, timeout=timeout, **kwargs)
     except launch.WorkerError as err:
-        if "NotImplementedError" in err.traceback:
+        if _is_stub(err.traceback):
             raise ExerciseFailed(
                 f"{exercise}: not done yet (rank {err.rank} reached `raise "
                 f"NotImplementedError()` in {filename}). Write that function body, "
