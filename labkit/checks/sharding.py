@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from labkit import memory_probe, sharded, sharding_memory
+from labkit import memory_probe, models, sharded, sharding_memory
 from labkit.checks._core import ExerciseFailed, attempt, passed
 from labkit.checks._programs import first_difference, launch_program, load_program
 
@@ -218,8 +218,10 @@ def zero1_worker(path="zero1_worker.py", world_size: int = 2) -> None:
                 f"{name}: after {CONFIG.steps} steps rank {rank}'s {gap[0]} differs "
                 f"from DDP + Adam by {gap[1]:.2e} (tolerance {TOLERANCE:g}). "
                 + _zero1_weights_hint(result))
-    passed(name, f"{world_size} ranks equal DDP + Adam to {TOLERANCE:g} after "
-                 f"{CONFIG.steps} steps; each holds {share:,} bytes of optimizer state "
+    worst = max(models.max_difference(r["reference"]["weights"], r["weights"])
+                for r in ranks)
+    passed(name, f"{world_size} ranks equal DDP + Adam after {CONFIG.steps} steps (max "
+                 f"gap {worst:.1e}, tolerance {TOLERANCE:g}); each holds {share:,} bytes of optimizer state "
                  f"(master + m + v of its 1/{world_size}), DDP {8 * numel:,} (m + v).")
 
 
@@ -298,8 +300,11 @@ def fsdp_worker(path="fsdp_worker.py", world_size: int = 2) -> None:
         _check_local_bytes(name, rank, result, world_size)
     mine = sum(ranks[0]["measured"].values())
     ddp = sum(ranks[0]["reference"]["bytes"].values())
-    passed(name, f"DDP's weights to {TOLERANCE:g}; each rank holds {mine:,} bytes of "
-                 f"model state, DDP {ddp:,} ({mine / ddp:.0%}).")
+    worst = max(models.max_difference(r["reference"]["weights"], r["weights"])
+                for r in ranks)
+    passed(name, f"DDP + Adam's weights (max gap {worst:.1e}, tolerance {TOLERANCE:g});"
+                 f" each rank holds {mine:,} bytes of model state, DDP {ddp:,} "
+                 f"({mine / ddp:.0%}).")
 
 
 # ---------------------------------------------------------------- exercise 7.4
