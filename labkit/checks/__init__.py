@@ -6,11 +6,11 @@ a lab imports its own: ``from labkit.checks import ddp as checks``. A check prin
 "✅ ..." on success and raises ``ExerciseFailed`` (an AssertionError) saying what was
 expected, what came back and which classic mistake explains it.
 
-    environment     lab 00      model_parallel    lab 04
-    single_device   lab 01      pipeline          lab 05
-    data_parallel   lab 02
-    ddp             lab 03
-    tensor_parallel lab 08
+    environment     lab 00      pipeline          lab 05
+    single_device   lab 01      communication     lab 06
+    data_parallel   lab 02      sharding          lab 07
+    ddp             lab 03      tensor_parallel   lab 08
+    model_parallel  lab 04      fault_tolerance   lab 09
 
 ``_core`` holds what every check shares; ``_programs`` what the checks of program
 exercises (``%%writefile`` modules launched on ranks) share.

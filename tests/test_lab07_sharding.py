@@ -1,0 +1,380 @@
+"""Lab 07 (ZeRO, FSDP2, checkpointing, DCP): do the sharded runs equal DDP, does each
+rank hold its 1/N share, does a checkpoint round-trip, and does each classic mistake
+get its hint?
+
+The programs are the solution notebook's own ``%%writefile`` modules, written to a
+temporary folder (``notebook_cells.write_program``), sometimes with a mistake.
+"""
+
+import importlib
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from labkit import explorers, launch, memory_probe, models, sharded, sharding_memory
+from labkit.checks import sharding as checks
+from labkit.checks._core import ExerciseFailed
+from notebook_cells import write_program
+
+NOTEBOOK = "07_sharding.ipynb"
+MODULES = ("zero1_worker.py", "zero_variants.py", "fsdp_worker.py", "stage_bytes.py",
+           "dcp_demo.py", "fsdp_pitfalls.py")
+
+
+@pytest.fixture
+def programs(tmp_path, monkeypatch):
+    """The notebook's modules, written to tmp_path and importable (ranks too)."""
+    for name in MODULES:
+        write_program(tmp_path, NOTEBOOK, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in MODULES:
+        sys.modules.pop(name[:-3], None)
+    importlib.invalidate_caches()
+    yield tmp_path
+    for name in MODULES:
+        sys.modules.pop(name[:-3], None)
+
+
+def _broken(tmp_path, module, old, new):
+    return write_program(tmp_path, NOTEBOOK, module, replace=[(old, new)])
+
+
+# ---------------------------------------------------------------- equality with DDP
+
+
+def test_zero1_from_scratch_equals_ddp_adam(programs):
+    """Does the notebook's ZeRO-1 worker give DDP + Adam's weights, on every rank?"""
+    module = importlib.import_module("zero1_worker")
+    ranks = launch.run(checks.zero1_harness, 2, args=(module.__name__, checks.CONFIG),
+                       backend="gloo", timeout=60)
+    for result in ranks:
+        gap = models.max_difference(result["reference"]["weights"], result["weights"])
+        assert gap <= checks.TOLERANCE
+
+
+def test_fsdp2_equals_ddp(programs):
+    """Does FSDP2 (fully_shard per block, then the root) give DDP + Adam's weights?"""
+    module = importlib.import_module("fsdp_worker")
+    ranks = launch.run(checks.fsdp_harness, 2, args=(module.__name__, checks.CONFIG),
+                       backend="gloo", timeout=60)
+    for result in ranks:
+        gap = models.max_difference(result["reference"]["weights"], result["weights"])
+        assert gap <= checks.TOLERANCE
+        assert result["yours"] == result["measured"]
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_state_bytes_are_the_formula_share(programs, world_size):
+    """Is each rank's state within 10 % of the formula's 1/N share, for every stage?"""
+    stage_bytes = importlib.import_module("stage_bytes")
+    cfg = sharded.TrainConfig(steps=2, global_batch=32, width=64, depth=4)
+    ranks = launch.run(stage_bytes.measure, world_size, args=(cfg,), backend="gloo",
+                       timeout=120)
+    num_params = models.count_parameters(sharded.block_mlp(cfg.width, cfg.depth))
+    widths = {"ZeRO-1 (yours)": (4, 4, 12), "ZeRO-2": (4, 4, 12)}
+    for rank in ranks:
+        for name, result in rank.items():
+            if name == "ZeroRedundancyOptimizer":
+                continue   # whole parameters per rank: uneven by design (the lab says)
+            want = sharding_memory.zero_bytes_per_rank(
+                num_params, world_size, result["stage"], *widths.get(name, (4, 4, 8)))
+            for kind in sharding_memory.KINDS:
+                assert result["held"][kind] == pytest.approx(want[kind], rel=0.10), (
+                    name, kind)
+            gap = models.max_difference(rank["DDP"]["weights"], result["weights"])
+            assert gap <= checks.TOLERANCE, name
+
+
+def test_dcp_two_ranks_to_one_round_trips_exactly(programs, tmp_path):
+    """Does a DCP checkpoint from 2 ranks load exactly on 1 process and resharded?"""
+    import torch.distributed.checkpoint as dcp
+
+    dcp_demo = importlib.import_module("dcp_demo")
+    cfg = sharded.TrainConfig(steps=2, global_batch=32, width=32, depth=2)
+    folder = str(tmp_path / "checkpoint")
+    saved = launch.run(dcp_demo.save, 2, args=(cfg, folder), backend="gloo",
+                       timeout=60)[0]
+    plain = sharded.block_mlp(cfg.width, cfg.depth)
+    state = {"model": plain.state_dict()}
+    dcp.load(state, checkpoint_id=folder, no_dist=True)
+    plain.load_state_dict(state["model"])
+    assert models.max_difference(saved["full"], plain.state_dict()) == 0.0
+    again = launch.run(dcp_demo.load, 2, args=(cfg, folder, True), backend="gloo",
+                       timeout=60)[0]
+    assert models.max_difference(saved["full"], again["full"]) == 0.0
+    assert again["local"]["embed.weight"] == (cfg.width, 392)   # last dim sharded
+    assert again["adam_step"] == cfg.steps
+
+
+def test_pitfalls_behave_as_the_lab_says(programs):
+    """Root only: one all-gather of everything; blocks only: the mixed-DTensor error."""
+    pitfalls = importlib.import_module("fsdp_pitfalls")
+    cfg = sharded.TrainConfig(steps=1, global_batch=8, width=16, depth=2)
+    seen = launch.run(pitfalls.run_all, 2, args=(cfg,), backend="gloo", timeout=60)[0]
+    num_bytes = 4 * models.count_parameters(sharded.block_mlp(16, 2))
+    assert seen["root only"] == (1, num_bytes)
+    assert seen["per block"][0] == 1 + 2 * cfg.depth   # root once, each block twice
+    assert "got mixed torch.Tensor and DTensor" in seen["blocks only + clip_grad_norm_"]
+    assert seen["optimizer before fully_shard"] == 0.0
+
+
+# ---------------------------------------------------------------- hints: ZeRO-1
+
+
+@pytest.mark.parametrize("old, new, hint", [
+    ("    per_rank = -(-numel // world_size)               # ceil(numel / world_size)",
+     "    per_rank = numel // world_size", "round the length up"),
+    ("    dist.all_reduce(grads)" + " " * 34 + "# sum over the ranks ...",
+     "", "No all_reduce"),
+    ("    dist.all_gather_single(gathered, shard.detach())"
+     "        # every rank's new slice\n"
+     "    with torch.no_grad():\n"
+     "        vector_to_parameters(gathered[:numel], params)",
+     """    mine = flatten([p.detach() for p in params], ctx.world_size)
+    mine[start:stop] = shard.detach()
+    with torch.no_grad():
+        vector_to_parameters(mine[:numel], params)""", "No all-gather"),
+    ("    return shard, torch.optim.Adam([shard], lr=lr)",
+     "    return shard, torch.optim.Adam([shard, *model.parameters()], lr=lr)",
+     "give it only this rank's shard"),
+])
+def test_zero1_mistakes_get_their_hint(tmp_path, old, new, hint):
+    """Do the classic ZeRO-1 mistakes get their own hint?"""
+    path = _broken(tmp_path, "zero1_worker.py", old, new)
+    with pytest.raises(ExerciseFailed, match=hint):
+        checks.zero1_worker(path)
+
+
+# ---------------------------------------------------------------- hints: FSDP2
+
+_WRAP = """    for block in model.blocks:
+        fully_shard(block, mesh=mesh)    # one all-gather per block, freed after use
+    fully_shard(model, mesh=mesh)        # the root: embed and head, and the hooks"""
+
+
+@pytest.mark.parametrize("old, new, hint", [
+    (_WRAP, "    fully_shard(model, mesh=mesh)", "on the root only"),
+    (_WRAP, "    for block in model.blocks:\n        fully_shard(block, mesh=mesh)",
+     "root model is not an FSDPModule"),
+    (_WRAP, "    fully_shard(model, mesh=mesh)\n    for block in model.blocks:\n"
+            "        fully_shard(block, mesh=mesh)", "bottom-up"),
+    ("        local = [t.to_local() if isinstance(t, DTensor) else t for t in tensors]",
+     "        local = list(tensors)", "global size"),
+])
+def test_fsdp_mistakes_get_their_hint(tmp_path, old, new, hint):
+    """Root only, blocks only, root first, global numel: each named?"""
+    path = _broken(tmp_path, "fsdp_worker.py", old, new)
+    with pytest.raises(ExerciseFailed, match=hint):
+        checks.fsdp_worker(path)
+
+
+def test_program_checks_pass_on_the_solution(tmp_path, capsys):
+    """Do both program checks print their pass line on the notebook's modules?"""
+    checks.zero1_worker(write_program(tmp_path, NOTEBOOK, "zero1_worker.py"))
+    checks.fsdp_worker(write_program(tmp_path, NOTEBOOK, "fsdp_worker.py"))
+    assert capsys.readouterr().out.count("✅") == 2
+
+
+# ---------------------------------------------------------------- exercise 7.1
+
+
+def _mistaken(shard_from):
+    """A per-stage formula that shards each kind from the stage given."""
+    def fn(num_params, world_size, stage, param_bytes=2, grad_bytes=2,
+           optimizer_bytes=12):
+        sharding_memory.zero_bytes_per_rank(num_params, world_size, stage)  # ValueError
+        n = lambda kind: world_size if stage >= shard_from[kind] else 1  # noqa: E731
+        return {"parameters": num_params * param_bytes / n("parameters"),
+                "gradients": num_params * grad_bytes / n("gradients"),
+                "optimizer states":
+                    num_params * optimizer_bytes / n("optimizer states")}
+    return fn
+
+
+@pytest.mark.parametrize("shard_from, hint", [
+    ({"optimizer states": 1, "gradients": 1, "parameters": 3}, "whole on every rank"),
+    ({"optimizer states": 1, "gradients": 2, "parameters": 4}, "sharded"),
+    ({"optimizer states": 2, "gradients": 2, "parameters": 3}, "ZeRO-1"),
+])
+def test_formula_mistakes_get_their_hint(shard_from, hint):
+    """Gradients sharded at stage 1, parameters never, optimizer from stage 2?"""
+    with pytest.raises(ExerciseFailed, match=hint):
+        checks.bytes_per_rank(_mistaken(shard_from))
+
+
+def test_formula_needs_a_value_error_and_a_dict(capsys):
+    """Are a missing ValueError and a total instead of a dict named; does ours pass?"""
+    right = _mistaken({"optimizer states": 1, "gradients": 2, "parameters": 3})
+    checks.bytes_per_rank(right)
+    assert "✅" in capsys.readouterr().out
+
+    def no_error(num_params, world_size, stage, *widths):
+        return sharding_memory.zero_bytes_per_rank(num_params, world_size,
+                                                   min(max(stage, 0), 3), *widths)
+
+    with pytest.raises(ExerciseFailed, match="raise ValueError"):
+        checks.bytes_per_rank(no_error)
+    with pytest.raises(ExerciseFailed, match="return a dict"):
+        checks.bytes_per_rank(lambda *a: sum(right(*a).values()))
+
+
+# ---------------------------------------------------------------- exercise 7.4
+
+
+def _plain(model, images):
+    return model(images)
+
+
+def _one_segment(model, images):
+    def blocks(x):
+        for block in model.blocks:
+            x = block(x)
+        return x
+    x = model.embed(images.flatten(1))
+    return model.head(checkpoint(blocks, x, use_reentrant=False))
+
+
+def _reentrant_embed(model, images):
+    x = checkpoint(model.embed, images.flatten(1), use_reentrant=True)
+    for block in model.blocks:
+        x = checkpoint(block, x, use_reentrant=False)
+    return model.head(x)
+
+
+@pytest.mark.filterwarnings("ignore:None of the inputs have requires_grad")
+@pytest.mark.parametrize("fn, hint", [(_plain, "like without checkpointing"),
+                                      (_one_segment, "one segment"),
+                                      (_reentrant_embed, "got no gradient")])
+def test_checkpoint_mistakes_get_their_hint(fn, hint):
+    """No checkpointing, one segment for all blocks, reentrant on the embed: named?"""
+    with pytest.raises(ExerciseFailed, match=hint):
+        checks.checkpointed_forward(fn)
+
+
+# ---------------------------------------------------------------- labkit plumbing
+
+
+def test_zero_table_matches_the_paper():
+    """Does the formula give the ZeRO paper's Table 1 (7.5 B, K = 12, GB)?"""
+    paper = {4: (52.5, 41.3, 30), 64: (31.4, 16.6, 1.88), 1024: (30.1, 15.1, 0.12)}
+    for n, row in paper.items():
+        for stage, gb in zip((1, 2, 3), row):
+            got = sharding_memory.per_gpu_bytes(7.5e9, n, stage) / 1e9
+            assert got == pytest.approx(gb, abs=0.05)
+
+
+@pytest.mark.parametrize("args", [(10, 2, 4), (10, 0, 1), (10, 1.5, 1), (-1, 2, 1)])
+def test_formula_refuses_bad_input(args):
+    """Are a bad stage, world size or parameter count a ValueError naming them?"""
+    with pytest.raises(ValueError, match="stage|world_size|num_params"):
+        sharding_memory.zero_bytes_per_rank(*args)
+
+
+def test_state_bytes_of_a_plain_adam_step():
+    """Does state_bytes count 4 + 4 + 8 bytes per parameter after an fp32 Adam step?"""
+    model = sharded.block_mlp(8, 1)
+    optimizer = torch.optim.Adam(model.parameters())
+    images, labels = torch.randn(4, 1, 28, 28), torch.tensor([0, 1, 2, 3])
+    F.cross_entropy(model(images), labels).backward()
+    optimizer.step()
+    n = models.count_parameters(model)
+    assert sharding_memory.state_bytes(model, optimizer) == {
+        "parameters": 4 * n, "gradients": 4 * n, "optimizer states": 8 * n}
+
+
+def test_activation_estimate_and_its_errors():
+    """Korthikanti's bytes per layer; checkpointed: inputs + one layer; bad input."""
+    per_layer = 2048 * 1 * 5120 * (34 + 5 * 40 * 2048 / 5120)
+    full = sharding_memory.transformer_activation_bytes(36, 5120, 40, 2048, 1)
+    assert full == pytest.approx(36 * per_layer)
+    kept = sharding_memory.transformer_activation_bytes(36, 5120, 40, 2048, 1, True)
+    assert kept == pytest.approx(36 * 2 * 2048 * 5120 + per_layer)
+    with pytest.raises(ValueError, match="seq_len"):
+        sharding_memory.transformer_activation_bytes(36, 5120, 40, 0, 1)
+
+
+def test_step_memory_sees_the_saved_activations():
+    """Does the live-tensor probe find ~40 B d bytes per block, fewer checkpointed?"""
+    torch.manual_seed(0)
+    model = sharded.block_mlp(64, 4)
+    images, labels = torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,))
+    plain = memory_probe.step_memory(model, images, labels)
+    assert plain["after_forward"] == pytest.approx(4 * 40 * 32 * 64, rel=0.1)
+    assert plain["peak"] >= plain["after_forward"]
+    saved = memory_probe.step_memory(model, images, labels, forward=_one_segment)
+    assert saved["after_forward"] < plain["after_forward"] / 4
+    assert memory_probe.step_seconds(model, images, labels, repeats=1) > 0
+
+
+def test_ring_bytes_shares():
+    """All-gather, reduce-scatter, broadcast: (N-1)/N; all-reduce: 2(N-1)/N."""
+    log = [("all-gather", 100), ("reduce-scatter", 100), ("broadcast", 100),
+           ("all-reduce", 100)]
+    assert memory_probe.ring_bytes(log, 4) == pytest.approx(0.75 * 100 * 5)
+
+
+def test_training_data_is_split_evenly():
+    """Do ranks' slices make up the global batch, and an uneven split fail clearly?"""
+    cfg = sharded.TrainConfig(steps=2, global_batch=8)
+    whole = list(sharded.rank_batches(cfg, 0, 1))
+    halves = [list(sharded.rank_batches(cfg, r, 2)) for r in range(2)]
+    for step in range(2):
+        joined = torch.cat([halves[0][step][0], halves[1][step][0]])
+        assert torch.equal(joined, whole[step][0])
+    with pytest.raises(ValueError, match="multiple of 3"):
+        next(sharded.rank_batches(cfg, 0, 3))
+    with pytest.raises(ValueError, match="width"):
+        sharded.block_mlp(0, 2)
+
+
+def test_fit_explorer_builds_and_sums():
+    """Does the does-it-fit explorer build, and its parts add up to per_gpu_bytes?"""
+    box = explorers.sharding_fit(capacity_gib=139.0)
+    assert box.children
+    shape = sharding_memory.MODEL_SHAPES["Llama 2 7B"]
+    parts = explorers._fit_parts(shape, 8, 3, 2048, 1, False)
+    acts = sharding_memory.transformer_activation_bytes(*shape[1:], 2048, 1)
+    want = sharding_memory.per_gpu_bytes(shape[0], 8, 3, acts) / 2**30
+    assert sum(parts.values()) == pytest.approx(want)
+
+
+# ---------------------------------------------------------------- GPUs (not run here)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
+def test_fsdp2_peak_is_below_ddp_on_gpus(programs):
+    """On 2 GPUs (NCCL): FSDP2 holds 1/2 of DDP and peaks below it (allocator)?"""
+    stage_bytes = importlib.import_module("stage_bytes")
+    cfg = sharded.TrainConfig(steps=2, global_batch=32, width=512, depth=4)
+    ranks = launch.run(stage_bytes.measure, 2, args=(cfg,), backend="nccl",
+                       timeout=120)
+    for rank in ranks:
+        ddp, fsdp = rank["DDP"], rank["FSDP2 (yours)"]
+        assert sum(fsdp["held"].values()) == pytest.approx(
+            sum(ddp["held"].values()) / 2, rel=0.1)
+        assert fsdp["peak"] < ddp["peak"]
+        assert models.max_difference(ddp["weights"], fsdp["weights"]) <= 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_checkpointing_lowers_the_cuda_peak():
+    """On a GPU, does max_memory_allocated drop with a checkpointed forward?"""
+    torch.manual_seed(0)
+    model = sharded.block_mlp(256, 8).cuda()
+    images = torch.randn(256, 1, 28, 28, device="cuda")
+    labels = torch.randint(0, 10, (256,), device="cuda")
+
+    def per_block(model, images):
+        x = model.embed(images.flatten(1))
+        for block in model.blocks:
+            x = checkpoint(block, x, use_reentrant=False)
+        return model.head(x)
+
+    plain = memory_probe.step_memory(model, images, labels)
+    saved = memory_probe.step_memory(model, images, labels, forward=per_block)
+    assert saved["peak"] < 0.6 * plain["peak"]
