@@ -61,7 +61,9 @@ def _wait_for(log, count, timeout=2.0) -> None:
 
 def _order_hint(got, log) -> str:
     finished = [i for i, _ in sorted(log.items(), key=lambda kv: kv[1][1])]
-    if isinstance(got, (list, tuple)) and [g[0] for g in got if g] == finished:
+    firsts = [g[0] for g in got if isinstance(g, tuple) and g] if isinstance(
+        got, (list, tuple)) else None
+    if firsts == finished:
         return (f"You returned the results in the order the threads finished "
                 f"({finished}): result i must be replica i's, whichever finishes "
                 "first. Store each result in slot i (results[i] = ...).")
@@ -171,7 +173,8 @@ def parallel_apply(path="parallel_apply.py", timeout: float = 30.0) -> None:
 def _check_replicate(name, module, filename, devices) -> None:
     model = models.small_cnn().to(devices[0])
     copies = call(name, filename, module.replicate, model, devices).value
-    if not isinstance(copies, (list, tuple)) or len(copies) != len(devices):
+    if (not isinstance(copies, (list, tuple)) or len(copies) != len(devices)
+            or not all(isinstance(c, nn.Module) for c in copies)):
         raise ExerciseFailed(f"{name}: replicate must return a list of one copy per "
                              f"device ({len(devices)}), got {copies!r:.80}.")
     for i, (replica, device) in enumerate(zip(copies, devices)):
