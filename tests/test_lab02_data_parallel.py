@@ -225,6 +225,13 @@ def test_dp_step_shows_the_learners_line(tmp_path):
         checks.data_parallel_step(path, tmp_path / "parallel_apply.py")
 
 
+def test_dp_step_renamed_function_is_named(tmp_path):
+    """Does a module without one of the five functions get a clear message?"""
+    path = _dp_program(tmp_path, [("def forward_backward(", "def fwd_bwd(")])
+    with pytest.raises(ExerciseFailed, match="has no function forward_backward"):
+        checks.data_parallel_step(path, tmp_path / "parallel_apply.py")
+
+
 def test_checks_leave_no_hooks_behind(tmp_path):
     """Are the spies (global forward and optimizer hooks) removed after a check?"""
     from torch.nn.modules import module as nn_module

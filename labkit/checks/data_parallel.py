@@ -32,6 +32,14 @@ GRAD_TOLERANCE = 1e-6   # |gradient handed to optimizer.step() - one model's|
 TOLERANCE = 1e-5        # |weights after the steps - one model's| (rounding: ~1e-8)
 
 
+def _require(name, module, path, *functions) -> None:
+    """Fail clearly when the learner's module lacks a function the check calls."""
+    missing = [f for f in functions if not callable(getattr(module, f, None))]
+    if missing:
+        raise ExerciseFailed(f"{name}: {path} has no function {', '.join(missing)}: "
+                             "keep the names the cell gives, and run it again.")
+
+
 # ---------------------------------------------------------------- exercise 2.1
 
 
@@ -153,6 +161,7 @@ def parallel_apply(path="parallel_apply.py", timeout: float = 30.0) -> None:
     """
     name = "parallel_apply"
     module = load_program(path)
+    _require(name, module, path, "parallel_apply")
     delays = [0.3, 0.0, 0.15]
     fns, args, log = _probes(delays)
     start = time.monotonic()
@@ -441,6 +450,8 @@ def data_parallel_step(path="dp_step.py", helper="parallel_apply.py", steps: int
     name = "data_parallel_step"
     load_program(helper)   # fresh, so that the step imports the learner's latest one
     module = load_program(path)
+    _require(name, module, path, "replicate", "scatter", "forward_backward",
+             "reduce_gradients", "data_parallel_step")
     with dataparallel.exact_float32():
         devices = dataparallel.replica_devices(3, verbose=False)
         _check_replicate(name, module, path, devices)
