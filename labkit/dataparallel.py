@@ -1,27 +1,18 @@
-"""Data parallelism by hand in one process: replicate, scatter, run, gather, average.
+"""Plumbing for data parallelism in one process: where the replicas go, exact float32
+for equality proofs, and the per-GPU memory of an ``nn.DataParallel`` step.
 
-Taught in: lab 02 (what ``nn.DataParallel`` does on every step, built by hand first).
-Replicas live on the devices given: one GPU each when there are enough, else copies on
-the CPU. The arithmetic is the same either way; only the speed differs.
+Taught in: lab 02. The data-parallel step itself (replicate, scatter, the replicas in
+threads, the weighted gradient average, the step) is the learner's: it lives in the
+lab's ``%%writefile`` cells, and ``labkit.checks.data_parallel`` checks it.
 """
 
-import copy
-from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = [
-    "replica_devices",
-    "replicate",
-    "scatter",
-    "run_replicas",
-    "gather",
-    "average_gradients",
-    "data_parallel_step",
-    "dataparallel_memory",
-]
+__all__ = ["replica_devices", "exact_float32", "dataparallel_memory"]
 
 
 def replica_devices(num_replicas: int, verbose: bool = True) -> list[torch.device]:
@@ -45,78 +36,21 @@ def replica_devices(num_replicas: int, verbose: bool = True) -> list[torch.devic
     return devices
 
 
-def replicate(model: nn.Module, devices: list[torch.device]) -> list[nn.Module]:
-    """Return one copy of ``model`` per device (DataParallel redoes this every step)."""
-    return [copy.deepcopy(model).to(device) for device in devices]
+@contextmanager
+def exact_float32():
+    """Run the block with TF32 off (cuDNN convolutions and matmuls), then restore.
 
-
-def scatter(
-    images: torch.Tensor, labels: torch.Tensor, devices: list[torch.device]
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Split a batch along dim 0 into one chunk per device (sizes differ by <= 1)."""
-    if len(images) != len(labels):
-        raise ValueError(f"{len(images)} images but {len(labels)} labels.")
-    if len(images) < len(devices):
-        raise ValueError(
-            f"A batch of {len(images)} cannot feed {len(devices)} replicas: "
-            "use a batch at least as large as the number of replicas."
-        )
-    pieces = zip(images.tensor_split(len(devices)), labels.tensor_split(len(devices)))
-    return [(x.to(device), y.to(device)) for (x, y), device in zip(pieces, devices)]
-
-
-def _forward_backward(replica, chunk, total: int):
-    """Run one replica on its chunk; scale its mean loss by its share of the batch."""
-    images, labels = chunk
-    logits = replica(images)
-    loss = F.cross_entropy(logits, labels) * (len(labels) / total)
-    loss.backward()
-    return logits.detach(), loss.detach()
-
-
-def run_replicas(replicas, chunks, threads: bool = True):
-    """Run forward and backward on every replica; return (logits, weighted losses).
-
-    With ``threads`` each replica runs in its own Python thread, as DataParallel's
-    ``parallel_apply`` does: the GIL serialises the Python parts of every step.
+    On NVIDIA GPUs since Ampere, cuDNN runs float32 convolutions in TF32 (a 10-bit
+    mantissa) by default, so two ways of computing one gradient differ by ~1e-3
+    instead of ~1e-7: too much for an equality proof. On a CPU nothing changes.
     """
-    total = sum(len(labels) for _, labels in chunks)
-    if not threads:
-        results = [_forward_backward(r, c, total) for r, c in zip(replicas, chunks)]
-    else:
-        with ThreadPoolExecutor(len(replicas)) as pool:
-            results = list(
-                pool.map(_forward_backward, replicas, chunks, [total] * len(chunks))
-            )
-    return [r[0] for r in results], [r[1] for r in results]
-
-
-def gather(tensors: list[torch.Tensor], device) -> torch.Tensor:
-    """Concatenate per-replica outputs on ``device`` (DataParallel's output device)."""
-    return torch.cat([t.to(device) for t in tensors])
-
-
-def average_gradients(replicas, model: nn.Module) -> None:
-    """Add up the replicas' gradients into ``model``'s ``.grad`` on its device.
-
-    Each replica's loss was already scaled by its share of the batch, so the sum is
-    the gradient of the mean loss over the whole batch.
-    """
-    for param, *copies in zip(model.parameters(), *(r.parameters() for r in replicas)):
-        param.grad = torch.stack([c.grad.to(param.device) for c in copies]).sum(dim=0)
-
-
-def data_parallel_step(
-    model, images, labels, optimizer, devices, threads: bool = True
-) -> float:
-    """Take one data-parallel SGD step by hand; return the loss over the whole batch."""
-    replicas = replicate(model, devices)  # 1. broadcast the weights
-    chunks = scatter(images, labels, devices)  # 2. split the batch
-    _, losses = run_replicas(replicas, chunks, threads)  # 3. forward + backward
-    optimizer.zero_grad(set_to_none=True)
-    average_gradients(replicas, model)  # 4. reduce gradients to device 0
-    optimizer.step()  # 5. update the one true model
-    return sum(loss.item() for loss in losses)
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def dataparallel_memory(model: nn.Module, batch: int = 512) -> list[int] | None:

@@ -1,4 +1,8 @@
-"""Do the lab 02 and lab 03 function checks give the hint for each classic mistake?"""
+"""Do the lab 02 and lab 03 function checks give the hint for each classic mistake?
+
+Lab 02's program checks (parallel_apply, the data-parallel step) are tested in
+test_lab02_data_parallel.py.
+"""
 
 import math
 
@@ -21,8 +25,6 @@ def _stub(*args):
 @pytest.mark.parametrize(
     "check",
     [
-        data_parallel.scatter_batch,
-        data_parallel.average_gradients,
         data_parallel.strip_module_prefix,
         ddp.shard_indices,
     ],
@@ -30,38 +32,6 @@ def _stub(*args):
 def test_stub_is_not_done_yet(check):
     """Does every check call the untouched stub 'not done yet'?"""
     _fails(check, _stub, "not done yet")
-
-
-def test_scatter_batch_hints():
-    """Are wrong sizes, misaligned labels and a missing ValueError reported?"""
-    _fails(
-        data_parallel.scatter_batch, lambda x, y, n: list(zip(x.chunk(n), y.chunk(n))), "sizes"
-    )
-    _fails(
-        data_parallel.scatter_batch,
-        lambda x, y, n: list(zip(x.tensor_split(n), y.flip(0).tensor_split(n))),
-        "do not match",
-    )
-    _fails(
-        data_parallel.scatter_batch,
-        lambda x, y, n: list(zip(x.tensor_split(n), y.tensor_split(n))),
-        "raise ValueError",
-    )
-
-
-def _plain_mean(grads, sizes):
-    return [sum(g[i] for g in grads) / len(grads) for i in range(len(grads[0]))]
-
-
-def _sum(grads, sizes):
-    return [sum(g[i] for g in grads) for i in range(len(grads[0]))]
-
-
-def test_average_gradients_hints():
-    """Are the unweighted mean and the plain sum named as such?"""
-    _fails(data_parallel.average_gradients, _plain_mean, "plain mean")
-    _fails(data_parallel.average_gradients, _sum, "That is the sum")
-    _fails(data_parallel.average_gradients, lambda g, s: None, "one tensor per parameter")
 
 
 def test_strip_module_prefix_hints():

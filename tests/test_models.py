@@ -55,3 +55,9 @@ def test_allreduce_numbers():
         estimate.ring_allreduce_bytes(1, 0)
     with pytest.raises(ValueError, match="bandwidth must be positive"):
         estimate.allreduce_seconds(1, 2, 0)
+
+
+def test_max_difference_needs_the_same_names():
+    """Does comparing state_dicts of different models fail clearly?"""
+    with pytest.raises(ValueError, match="different names"):
+        models.max_difference({"a": torch.zeros(1)}, {"b": torch.zeros(1)})

@@ -13,7 +13,8 @@ expected, what came back and which classic mistake explains it.
     model_parallel  lab 04      fault_tolerance   lab 09
 
 ``_core`` holds what every check shares; ``_programs`` what the checks of program
-exercises (``%%writefile`` modules launched on ranks) share.
+exercises (``%%writefile`` modules launched on ranks) share; ``_watch`` runs a
+learner's in-process code under a watchdog, with spies on forward and step (lab 02).
 """
 
 from labkit.checks._core import ExerciseFailed

@@ -1,92 +1,475 @@
-"""Checks for lab 02 (data parallelism from scratch, then nn.DataParallel): scatter,
-gradient averaging by chunk size, the ``module.`` prefix."""
+"""Checks for lab 02 (data parallelism in one process, then nn.DataParallel): the
+learner's ``parallel_apply``, the data-parallel step by hand, the ``module.`` prefix.
+
+Lab 02 has no ranks: ``nn.DataParallel`` is threads in one process, and so are the
+learner's programs. The program checks import the ``%%writefile`` module afresh
+(``load_program``) and run it here, in a watchdog thread (``_watch.call``: nothing
+hangs), the replicas in the learner's threads. ``parallel_apply`` gets probe replicas
+that finish out of order and one that raises. The data-parallel step runs for several
+steps on an uneven batch (127 images over 2 and over 3 replicas) against the
+one-model step, under spies (``_watch.spies``) that see every forward and optimizer
+step, so the hint names the classic mistake, not only "the weights differ".
+"""
+
+import copy
+import threading
+import time
+from functools import partial
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from labkit import data, dataparallel, models
 from labkit.checks._core import ExerciseFailed, attempt, passed
+from labkit.checks._programs import load_program
+from labkit.checks._watch import call, spies
 
-__all__ = ["scatter_batch", "average_gradients", "strip_module_prefix"]
+__all__ = ["parallel_apply", "data_parallel_step", "strip_module_prefix",
+           "GRAD_TOLERANCE", "TOLERANCE"]
+
+GRAD_TOLERANCE = 1e-6   # |gradient handed to optimizer.step() - one model's|
+TOLERANCE = 1e-5        # |weights after the steps - one model's| (rounding: ~1e-8)
 
 
-def scatter_batch(fn) -> None:
-    """Check ``fn(images, labels, num_replicas)`` splits a batch into aligned chunks."""
-    name = "scatter_batch"
+def _require(name, module, path, *functions) -> None:
+    """Fail clearly when the learner's module lacks a function the check calls."""
+    missing = [f for f in functions if not callable(getattr(module, f, None))]
+    if missing:
+        raise ExerciseFailed(f"{name}: {path} has no function {', '.join(missing)}: "
+                             "keep the names the cell gives, and run it again.")
+
+
+# ---------------------------------------------------------------- exercise 2.1
+
+
+def _probe(i, delay, log, fail, x):
+    """A replica for the check: sleep (the GIL is free), note when, maybe raise."""
+    start = time.monotonic()
+    time.sleep(delay)
+    log[i] = (start, time.monotonic(), threading.get_ident(), torch.is_grad_enabled())
+    if fail:
+        raise ValueError(f"probe {i} failed on purpose")
+    return (i, x)
+
+
+def _probes(delays, fail=None):
+    """Return (fns, args, log): replica i sleeps delays[i] and returns (i, 100 + i)."""
+    log = {}
+    fns = [partial(_probe, i, d, log, i == fail) for i, d in enumerate(delays)]
+    return fns, [(100 + i,) for i in range(len(delays))], log
+
+
+def _wait_for(log, count, timeout=2.0) -> None:
+    """Wait until ``count`` probes have logged (a learner's threads may outlive it)."""
+    deadline = time.monotonic() + timeout
+    while len(log) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _order_hint(got, log) -> str:
+    finished = [i for i, _ in sorted(log.items(), key=lambda kv: kv[1][1])]
+    firsts = [g[0] for g in got if isinstance(g, tuple) and g] if isinstance(
+        got, (list, tuple)) else None
+    if firsts == finished:
+        return (f"You returned the results in the order the threads finished "
+                f"({finished}): result i must be replica i's, whichever finishes "
+                "first. Store each result in slot i (results[i] = ...).")
+    return "Result i must be fns[i](*args[i]), in the order of fns."
+
+
+def _check_results(name, done, log, delays) -> None:
+    want = [(i, 100 + i) for i in range(len(delays))]
+    missing = sorted(set(range(len(delays))) - set(log))
+    if missing:
+        _wait_for(log, len(delays))
+        raise ExerciseFailed(
+            f"{name}: parallel_apply returned before replica(s) {missing} finished: "
+            "join() every thread before reading the results.")
+    got = done.value
+    if not isinstance(got, (list, tuple)) or list(got) != want:
+        raise ExerciseFailed(f"{name}: with replica 0 finishing last, expected "
+                             f"{want}, got {got!r}. {_order_hint(got, log)}")
+    spans = sorted((start, end) for start, end, _, _ in log.values())
+    if all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:])):
+        where = ("all in the calling thread" if all(
+            entry[2] == done.thread for entry in log.values()) else "in threads, "
+            "but each started after the previous one ended: start, join, start, join")
+        raise ExerciseFailed(
+            f"{name}: the replicas ran one after the other, {where}. That takes "
+            f"{sum(delays):.2f} s instead of {max(delays):.2f} s: start every thread "
+            "first, then join them all.")
+
+
+def _check_exception(name, module, filename, delays, timeout) -> None:
+    """Replica 1 raises while the others sleep: is it raised, named, and waited for?"""
+    fns, args, log = _probes(delays, fail=1)
+    lost, hook = [], threading.excepthook
+    threading.excepthook = lambda hook_args: lost.append(hook_args.exc_value)
+    try:
+        raised = call(name, filename, module.parallel_apply, fns, args,
+                      timeout=timeout, errors=True).error
+    finally:
+        finished = set(log)
+        _wait_for(log, len(delays))   # stragglers end before the hook is restored
+        threading.excepthook = hook
+    if raised is None:
+        died = (" The thread died with ValueError, printed by threading.excepthook, "
+                "and nobody noticed." if lost else "")
+        raise ExerciseFailed(
+            f"{name}: replica 1 raised ValueError('probe 1 failed on purpose'), but "
+            f"parallel_apply returned normally: the exception was swallowed.{died} "
+            "Catch it in the thread (try/except), keep it, and raise it in the caller "
+            "after the joins.")
+    text = " ".join(str(e) for e in (raised, raised.__cause__, raised.__context__) if e)
+    if "replica 1" not in text:
+        raise ExerciseFailed(
+            f"{name}: you raised {type(raised).__name__}: {raised}, which does not say "
+            "which replica failed. Name it: raise RuntimeError(f'replica {i} raised "
+            "...') from err.")
+    if "probe 1 failed on purpose" not in text:
+        raise ExerciseFailed(
+            f"{name}: you raised {type(raised).__name__}: {raised}, but the replica's "
+            "own error is lost. Keep it: `raise ... from err`, or put its text in "
+            "the message.")
+    running = sorted(set(range(len(delays))) - finished)
+    if running:
+        raise ExerciseFailed(
+            f"{name}: you raised before replica(s) {running} finished: join every "
+            "thread first, so that nothing is left running.")
+
+
+def _check_grad_mode(name, module, filename, timeout) -> None:
+    fns, args, log = _probes([0.0, 0.0])
+    call(name, filename, module.parallel_apply, fns, args, grad=False,
+         timeout=timeout)
+    if any(entry[3] for entry in log.values()):
+        raise ExerciseFailed(
+            f"{name}: called under torch.no_grad(), the replicas ran with gradients "
+            "ON. Grad mode is per thread and a new thread starts with it on: read "
+            "torch.is_grad_enabled() in the caller and wrap each call in "
+            "`with torch.set_grad_enabled(grad_enabled):` (PyTorch's parallel_apply "
+            "does).")
+
+
+def parallel_apply(path="parallel_apply.py", timeout: float = 30.0) -> None:
+    """Check the learner's ``parallel_apply(fns, args)`` from the module at ``path``.
+
+    Probe replicas sleep 0.3, 0 and 0.15 s (replica 0 finishes last); then replica 1
+    raises while replica 2 still sleeps; then the call runs under ``torch.no_grad()``.
+    A call that takes more than ``timeout`` s fails (it waits for a dead replica).
+    """
+    name = "parallel_apply"
+    module = load_program(path)
+    _require(name, module, path, "parallel_apply")
+    delays = [0.3, 0.0, 0.15]
+    fns, args, log = _probes(delays)
+    start = time.monotonic()
+    done = call(name, path, module.parallel_apply, fns, args, timeout=timeout)
+    took = time.monotonic() - start
+    _check_results(name, done, log, delays)
+    _check_exception(name, module, path, [0.15, 0.0, 0.3], timeout)   # 2 outlives 1
+    _check_grad_mode(name, module, path, timeout)
+    passed(name, f"results in replica order although replica 0 finished last; the "
+                 f"3 replicas overlapped ({took:.2f} s, not {sum(delays):.2f} s); "
+                 "replica 1's exception raised in the caller, naming it; grad mode "
+                 "carried over.")
+
+
+# ---------------------------------------------------------------- exercise 2.2: parts
+
+
+def _check_replicate(name, module, filename, devices) -> None:
+    model = models.small_cnn().to(devices[0])
+    copies = call(name, filename, module.replicate, model, devices).value
+    if (not isinstance(copies, (list, tuple)) or len(copies) != len(devices)
+            or not all(isinstance(c, nn.Module) for c in copies)):
+        raise ExerciseFailed(f"{name}: replicate must return a list of one copy per "
+                             f"device ({len(devices)}), got {copies!r:.80}.")
+    for i, (replica, device) in enumerate(zip(copies, devices)):
+        if replica is model:
+            raise ExerciseFailed(
+                f"{name}: replicate's replica {i} is the model itself: every replica "
+                "must be a copy (copy.deepcopy(model).to(device)), or the threads "
+                "write their gradients into one model and the weighting is lost.")
+        pairs = list(zip(model.parameters(), replica.parameters()))
+        if any(p.data_ptr() == q.data_ptr() for p, q in pairs):
+            raise ExerciseFailed(
+                f"{name}: replicate's replica {i} shares its parameters with the "
+                "model (a shallow copy): use copy.deepcopy, so each replica has "
+                "weights and a .grad of its own.")
+        if any(q.device != device or not torch.equal(p.to(device), q)
+               for p, q in pairs):
+            raise ExerciseFailed(f"{name}: replicate's replica {i} must hold the "
+                                 f"model's weights, on {device}.")
+
+
+def _check_scatter(name, module, filename, devices) -> None:
     labels = torch.arange(10)
     images = labels.float().view(10, 1).expand(10, 3).clone()
-    for replicas, want in [(2, [5, 5]), (3, [4, 3, 3]), (4, [3, 3, 2, 2])]:
-        chunks = list(attempt(name, fn, images, labels, replicas))
-        sizes = [len(y) for _, y in chunks]
-        if sizes != want:
-            raise ExerciseFailed(
-                f"{name}: 10 samples over {replicas} replicas should give sizes {want} "
-                f"(as equal as possible, larger first), got {sizes}. Try "
-                "images.tensor_split(num_replicas)."
-            )
-        if any(not torch.equal(x[:, 0].long(), y) for x, y in chunks):
-            raise ExerciseFailed(
-                f"{name}: images and labels of a chunk do not match: "
-                "split both the same way."
-            )
-        if torch.cat([y for _, y in chunks]).tolist() != list(range(10)):
-            raise ExerciseFailed(
-                f"{name}: the chunks, put back together, must be the "
-                "batch in its original order (no shuffling, no loss)."
-            )
-    try:
-        fn(images[:2], labels[:2], 3)
-    except ValueError:
-        pass
-    else:
+    chunks = call(name, filename, module.scatter, images, labels, devices).value
+    if not isinstance(chunks, (list, tuple)) or any(len(c) != 2 for c in chunks):
+        raise ExerciseFailed(f"{name}: scatter must return a list of (images, "
+                             f"labels) pairs, got {chunks!r:.80}.")
+    sizes = [len(y) for _, y in chunks]
+    want = [len(y) for y in labels.tensor_split(len(devices))]
+    if sizes != want:
         raise ExerciseFailed(
-            f"{name}: a batch of 2 over 3 replicas leaves a replica "
-            "with nothing: raise ValueError saying so."
-        )
-    passed(name, "Same split as tensor_split, and a clear error for too small a batch.")
+            f"{name}: scatter of 10 samples over {len(devices)} devices should give "
+            f"sizes {want} (as equal as possible, larger first), got {sizes}. Try "
+            "images.tensor_split(len(devices)).")
+    if any(not torch.equal(x[:, 0].long().cpu(), y.cpu()) for x, y in chunks):
+        raise ExerciseFailed(f"{name}: scatter's images and labels do not match "
+                             "chunk by chunk: split both the same way.")
+    if torch.cat([y.cpu() for _, y in chunks]).tolist() != list(range(10)):
+        raise ExerciseFailed(f"{name}: scatter's chunks, put back together, must be "
+                             "the batch in its original order.")
+    if any(x.device != d or y.device != d for (x, y), d in zip(chunks, devices)):
+        raise ExerciseFailed(f"{name}: scatter must move chunk i to devices[i].")
 
 
-def _replica_grads():
-    """Return per-replica gradients of the chunk-mean loss, chunk sizes, full grads."""
+def _check_forward_backward(name, module, filename) -> None:
+    torch.manual_seed(0)
+    replica = models.small_cnn()
+    reference = copy.deepcopy(replica)
+    images, labels = data.random_batch(5, seed=3)
+    loss = call(name, filename, module.forward_backward, replica, images, labels).value
+    want = F.cross_entropy(reference(images), labels)
+    want.backward()
+    grads = [p.grad for p in replica.parameters()]
+    if any(g is None for g in grads):
+        raise ExerciseFailed(f"{name}: after forward_backward the replica has no "
+                             ".grad: call loss.backward() on the replica's loss.")
+    truth = [p.grad for p in reference.parameters()]
+    if _close(grads, [len(labels) * g for g in truth]):
+        raise ExerciseFailed(f"{name}: forward_backward computed the gradient of the "
+                             "SUMMED loss: use the mean over the chunk "
+                             "(F.cross_entropy's default), the weighting comes later.")
+    if not _close(grads, truth):
+        raise ExerciseFailed(f"{name}: forward_backward's gradients are not those of "
+                             "F.cross_entropy(replica(images), labels).")
+    if not _is_close(loss, want.item()):
+        raise ExerciseFailed(f"{name}: forward_backward returned {loss!r}, expected "
+                             f"the chunk's mean loss {want.item():.6f}.")
+
+
+def _check_reduce(name, module, filename) -> None:
     torch.manual_seed(0)
     model = nn.Linear(3, 2)
     images, labels = torch.randn(7, 3), torch.tensor([0, 1, 1, 0, 1, 0, 0])
-    loss_fn = nn.CrossEntropyLoss()
-    sizes, grads = [4, 3], []
-    for x, y in zip(images.split(sizes), labels.split(sizes)):
-        grads.append(
-            torch.autograd.grad(loss_fn(model(x), y), list(model.parameters()))
-        )
-    full = torch.autograd.grad(loss_fn(model(images), labels), list(model.parameters()))
-    return [list(g) for g in grads], sizes, list(full)
-
-
-def average_gradients(fn) -> None:
-    """Check ``fn(replica_grads, chunk_sizes)`` weights each replica by its chunk."""
-    name = "average_gradients"
-    grads, sizes, full = _replica_grads()
-    got = attempt(name, fn, grads, sizes)
-    if not isinstance(got, (list, tuple)) or len(got) != len(full):
-        raise ExerciseFailed(
-            f"{name}: return one tensor per parameter ({len(full)}), "
-            f"got {type(got).__name__}."
-        )
-    if all(torch.allclose(g, w, atol=1e-6) for g, w in zip(got, full)):
-        passed(name, "Weighted by chunk size, the average is the full-batch gradient.")
+    sizes, replicas = [5, 2], [copy.deepcopy(model) for _ in range(2)]
+    for replica, x, y in zip(replicas, images.split(sizes), labels.split(sizes)):
+        F.cross_entropy(replica(x), y).backward()   # each: its chunk's mean loss
+    truth = torch.autograd.grad(F.cross_entropy(model(images), labels),
+                                list(model.parameters()))
+    call(name, filename, module.reduce_gradients, model, replicas, sizes)
+    got = [p.grad for p in model.parameters()]
+    if any(g is None for g in got):
+        raise ExerciseFailed(f"{name}: reduce_gradients left the model's .grad empty: "
+                             "the average must land in each model parameter's .grad.")
+    if _close(got, truth):
         return
-    plain = [sum(g[i] for g in grads) / len(grads) for i in range(len(full))]
-    summed = [sum(g[i] for g in grads) for i in range(len(full))]
-    if all(torch.allclose(g, p, atol=1e-6) for g, p in zip(got, plain)):
-        hint = (
-            "That is the plain mean of the replicas: with chunks of 4 and 3 a "
-            "sample in the small chunk counts more. Weight replica i by n_i / N."
-        )
-    elif all(torch.allclose(g, s, atol=1e-6) for g, s in zip(got, summed)):
-        hint = "That is the sum: weight replica i by n_i / N (the weights add up to 1)."
-    else:
-        hint = "Parameter i's gradient is sum over replicas of n_r / N * grads[r][i]."
-    raise ExerciseFailed(
-        f"{name}: the result differs from the full-batch gradient. {hint}"
-    )
+    per_replica = [[p.grad for p in r.parameters()] for r in replicas]
+    hint = _average_hint(got, per_replica, sizes)
+    raise ExerciseFailed(f"{name}: with chunks of {sizes}, reduce_gradients gave "
+                         f"another gradient than the whole batch's. {hint}")
+
+
+def _average_hint(got, per_replica, sizes) -> str:
+    """Name the wrong average that produced ``got`` from the replicas' gradients."""
+    def combine(weights):
+        return [sum(w * g[i] for w, g in zip(weights, per_replica))
+                for i in range(len(per_replica[0]))]
+
+    if _close(got, combine([1 / len(sizes)] * len(sizes))):
+        return (f"That is the plain mean of the replicas: with chunks of {sizes} a "
+                "sample in a small chunk counts more than one in a big chunk. Weight "
+                "replica r by n_r / N.")
+    if _close(got, combine([1] * len(sizes))):
+        return ("That is the sum of the replicas' gradients: weight replica r by "
+                "n_r / N (the weights add up to 1).")
+    if _close(got, combine(sizes)):
+        return "That is weighted by n_r but not divided by N = sum(sizes)."
+    return "The model's gradient is sum over replicas of n_r / N * replica_r's .grad."
+
+
+def _close(got, want) -> bool:
+    return len(got) == len(want) and all(
+        g is not None and g.shape == w.shape and torch.allclose(
+            g.detach().cpu().double(), w.detach().cpu().double(),
+            rtol=1e-5, atol=GRAD_TOLERANCE) for g, w in zip(got, want))
+
+
+def _is_close(value, want: float) -> bool:
+    try:
+        return abs(float(value) - want) <= 1e-5 * max(1.0, abs(want))
+    except (TypeError, ValueError, RuntimeError):
+        return False
+
+
+# ---------------------------------------------------------------- exercise 2.2: step
+
+
+def _check_calls(name, seen, num_replicas, batch, where, caller) -> list:
+    """Name a wrong structure of the step from what the spies saw; return the sizes."""
+    steps, forwards = seen.steps, seen.forwards
+    if seen.foreign_steps:
+        raise ExerciseFailed(
+            f"{name}: {where}, an optimizer over other parameters than the model's (a "
+            "replica's?) took a step. The replicas are thrown away after each step: "
+            "step the optimizer passed in, over model.parameters(): the one true "
+            "model.")
+    if len(steps) != 1:
+        raise ExerciseFailed(
+            f"{name}: {where}, the model's optimizer stepped {len(steps)} times: "
+            "exactly one optimizer.step() per batch, after the gradients are averaged.")
+    if not steps[0]["given"]:
+        raise ExerciseFailed(
+            f"{name}: {where}, you stepped a new optimizer: use the one passed in "
+            "(its state, such as momentum, must live across steps).")
+    if any(f["model"] for f in forwards):
+        raise ExerciseFailed(
+            f"{name}: {where}, the model itself ran forward: run the replicas on their "
+            "chunks; the model only receives the averaged gradient and steps.")
+    sizes = sorted((f["size"] for f in forwards), reverse=True)
+    if len(forwards) != num_replicas or sum(sizes) != batch:
+        raise ExerciseFailed(
+            f"{name}: {where}, the replicas ran forward on chunks of {sizes}: expected "
+            f"{num_replicas} chunks, {batch} images in all (one chunk per device).")
+    stale = max(f["gap"] for f in forwards)
+    if stale > 0:
+        raise ExerciseFailed(
+            f"{name}: {where}, a replica's weights differed from the model's by "
+            f"{stale:.1e} when it ran: the replicas were made once and reused. Only "
+            "the model is updated by optimizer.step(), so from the second step on old "
+            "replicas are stale. Replicate the model at every step (nn.DataParallel "
+            "does it in every forward).")
+    if all(f["thread"] == caller for f in forwards):
+        raise ExerciseFailed(
+            f"{name}: {where}, the replicas ran one after the other in the calling "
+            "thread: run forward_backward on every replica with your parallel_apply, "
+            "one thread each, as nn.DataParallel does.")
+    return sizes
+
+
+def _true_step(model, images, labels):
+    """Return the one model's loss and gradients on a batch, at its current weights."""
+    reference = copy.deepcopy(model)
+    loss = F.cross_entropy(reference(images), labels)
+    return loss.item(), list(torch.autograd.grad(loss, list(reference.parameters())))
+
+
+def _step_hint(before, images, labels, sizes, grads, previous, want) -> str:
+    """Name the mistake behind a wrong gradient at ``optimizer.step()``."""
+    if previous is not None and _close(grads, [w + p for w, p in zip(want, previous)]):
+        return ("That is this batch's gradient PLUS the previous step's: the "
+                "gradients accumulated. Call optimizer.zero_grad() at every step, "
+                "before reduce_gradients adds the new ones to .grad.")
+    chunks = zip(images.split(sizes), labels.split(sizes))
+    per_replica = [_true_step(before, x, y)[1] for x, y in chunks]
+    return _average_hint(grads, per_replica, sizes)
+
+
+def _loss_hint(loss, before, images, labels, sizes) -> str:
+    losses = [_true_step(before, x, y)[0]
+              for x, y in zip(images.split(sizes), labels.split(sizes))]
+    if _is_close(loss, sum(losses) / len(losses)):
+        return (f"That is the plain mean of the replicas' losses: with chunks of "
+                f"{sizes}, weight replica r's loss by n_r / N too.")
+    return ("Return the mean loss over the whole batch, a float: the sum of "
+            "n_r / N * loss_r.")
+
+
+def _check_one_step(name, filename, step_fn, model, optimizer, batch, devices, where,
+                    previous):
+    """Run the learner's step once under the spies; return the gradient it applied."""
+    images, labels = batch
+    before = copy.deepcopy(model)
+    loss_want, want = _true_step(before, images, labels)
+    with spies(model, optimizer) as seen:
+        done = call(name, filename, step_fn, model, optimizer, images, labels, devices)
+    sizes = _check_calls(name, seen, len(devices), len(labels), where, done.thread)
+    grads = seen.steps[0]["grads"]
+    if any(g is None for g in grads):
+        raise ExerciseFailed(
+            f"{name}: {where}, the model had no .grad when optimizer.step() ran: "
+            "the gradients stay on the replicas until reduce_gradients puts their "
+            "weighted average into the model's .grad.")
+    if not _close(grads, want):
+        gap = max((g.cpu().double() - w.cpu().double()).abs().max().item()
+                  for g, w in zip(grads, want))
+        hint = _step_hint(before, images, labels, sizes, grads, previous, want)
+        raise ExerciseFailed(
+            f"{name}: {where}, the gradient handed to optimizer.step() differs from "
+            f"the one model's on the whole batch by {gap:.1e} (tolerance "
+            f"{GRAD_TOLERANCE:g}). {hint}")
+    if not _is_close(done.value, loss_want):
+        hint = _loss_hint(done.value, before, images, labels, sizes)
+        raise ExerciseFailed(
+            f"{name}: {where}, data_parallel_step returned {done.value!r}, the one "
+            f"model's loss is {loss_want:.6f}. {hint}")
+    return grads
+
+
+def _train(name, filename, step_fn, num_replicas, steps, batch, lr) -> float:
+    """Run ``steps`` learner steps against the one-model step; return the weight gap."""
+    devices = dataparallel.replica_devices(num_replicas, verbose=False)
+    torch.manual_seed(0)
+    model = models.deep_mlp(num_layers=3, width=32).to(devices[0])   # quick to run
+    reference = copy.deepcopy(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    ref_optimizer = torch.optim.SGD(reference.parameters(), lr=lr)
+    images, labels = data.random_batch(steps * batch, num_replicas, devices[0])
+    previous = None
+    for step in range(steps):
+        x, y = images[step * batch:][:batch], labels[step * batch:][:batch]
+        where = f"at step {step + 1} ({batch} images over {num_replicas} replicas)"
+        previous = _check_one_step(name, filename, step_fn, model, optimizer, (x, y),
+                                   devices, where, previous)
+        ref_optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(reference(x), y).backward()
+        ref_optimizer.step()
+    gap = models.max_difference(dict(reference.named_parameters()),
+                                dict(model.named_parameters()))
+    if gap > TOLERANCE:
+        raise ExerciseFailed(
+            f"{name}: after {steps} steps over {num_replicas} replicas the weights "
+            f"differ from the one model's by {gap:.1e} (tolerance {TOLERANCE:g}): does "
+            "data_parallel_step change anything besides the model's .grad and step?")
+    return gap
+
+
+def data_parallel_step(path="dp_step.py", helper="parallel_apply.py", steps: int = 3,
+                       batch: int = 127, lr: float = 0.1) -> None:
+    """Check the learner's data-parallel step (module at ``path``) against one model.
+
+    First its pieces (replicate, scatter, forward_backward, reduce_gradients) on small
+    cases, then ``steps`` SGD steps of ``batch`` images over 2 and over 3 replicas.
+    ``helper`` is the learner's parallel_apply module, imported afresh first.
+    """
+    name = "data_parallel_step"
+    load_program(helper)   # fresh, so that the step imports the learner's latest one
+    module = load_program(path)
+    _require(name, module, path, "replicate", "scatter", "forward_backward",
+             "reduce_gradients", "data_parallel_step")
+    with dataparallel.exact_float32():
+        devices = dataparallel.replica_devices(3, verbose=False)
+        _check_replicate(name, module, path, devices)
+        _check_scatter(name, module, path, devices)
+        _check_forward_backward(name, module, path)
+        _check_reduce(name, module, path)
+        gap = max(_train(name, path, module.data_parallel_step, n, steps, batch, lr)
+                  for n in (2, 3))
+    split = {n: "+".join(str(len(c)) for c in torch.arange(batch).tensor_split(n))
+             for n in (2, 3)}
+    passed(name, f"{batch} images over 2 replicas ({split[2]}) and 3 ({split[3]}) on "
+                 f"{devices[0].type}, in threads, {steps} SGD steps each of a small "
+                 f"MLP: the gradient at optimizer.step() equals the one model's to "
+                 f"{GRAD_TOLERANCE:g}, the weights to {gap:.0e} (tolerance "
+                 f"{TOLERANCE:g}).")
+
+
+# ---------------------------------------------------------------- exercise 2.3
 
 
 def strip_module_prefix(fn) -> None:
