@@ -35,6 +35,9 @@ class Config:
     seed: int = 0
 
 
+CALLS = ("batch", "microbatches", "order")   # how run_program calls the function
+
+
 @dataclass(frozen=True)
 class Program:
     """Which function of the learner's module ``run_program`` calls, and how.
@@ -51,6 +54,11 @@ class Program:
     steps: int = 1
     warmup: bool = False
     bound_s: float | None = None
+
+    def __post_init__(self):
+        if self.call not in CALLS:
+            raise ValueError(f"Program.call must be one of {', '.join(CALLS)}, got "
+                             f"{self.call!r}.")
 
 
 def whole_model(cfg: Config):

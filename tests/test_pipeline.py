@@ -212,6 +212,12 @@ def test_stages_split_the_same_model_as_the_reference():
     assert stages.requests(cfg, 3).shape == (3, 1, 1, 28, 28)
 
 
+def test_program_refuses_an_unknown_call():
+    """Does a Program with an unknown calling convention fail, listing the valid ones?"""
+    with pytest.raises(ValueError, match="one of batch, microbatches, order"):
+        stages.Program("split_step", "train_step", call="waves")
+
+
 def test_thread_receive_times_out():
     """Does a stage waiting for a message that never comes give up, saying so?"""
     import queue
