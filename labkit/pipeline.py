@@ -197,8 +197,8 @@ def check_microbatches(batch_size: int, num_microbatches: int,
     if num_microbatches < num_stages:
         bubble = bubble_theory(num_stages, num_microbatches)
         warnings.warn(
-            f"{num_microbatches} micro-batch(es) for {num_stages} stages: legal, but "
-            f"{num_stages - num_microbatches} stage(s) idle at every step and the "
+            f"{num_microbatches} micro-batch(es) for {num_stages} stages: legal, but at "
+            f"least {num_stages - num_microbatches} stage(s) idle at every step; the "
             f"bubble is {bubble:.0%} of the time. Use num_microbatches >= "
             f"{4 * num_stages} (4 x stages) to keep it small.", stacklevel=2)
     return batch_size // num_microbatches
