@@ -4,9 +4,11 @@ Taught in: lab 05 (流水线并行 pipeline parallelism: GPipe, 1F1B, interleave
 A schedule is each rank's ordered list of actions (``F3``: forward of micro-batch 3,
 ``B3``: its backward); ``schedule`` places them on unit time steps, respecting the
 data dependencies, and returns a rank x step table with ``None`` where a rank idles.
-The executors (``pipeline_exec``, ``mp``) walk the same per-rank orders.
+The executors (``pipeline_run`` here, the learner's programs on ranks) walk the same
+per-rank orders.
 """
 
+import warnings
 from typing import NamedTuple
 
 __all__ = ["Action", "SCHEDULES", "orders", "schedule", "bubble_theory",
@@ -178,10 +180,12 @@ def peak_activations(table: list[list]) -> list[int]:
 
 def check_microbatches(batch_size: int, num_microbatches: int,
                        num_stages: int = 1) -> int:
-    """Check a batch splits into equal micro-batches, >= one per stage; return the size.
+    """Check a batch splits into equal micro-batches; return the micro-batch size.
 
-    Both mistakes hang or crash real pipelines (PiPPy #1064, torchtitan #775): fail
-    here instead, with the numbers.
+    A batch that does not divide is a ValueError: the last micro-batch would differ
+    and crash a rank (input and target sizes). Fewer micro-batches than stages is
+    legal but wasteful (a warning): some stages idle at every step. The hangs it
+    recalls were PyTorch bugs (PiPPy #1064, torchtitan #775), not a rule.
     """
     _check_counts(num_stages, num_microbatches, 1)
     if batch_size % num_microbatches:
@@ -191,10 +195,12 @@ def check_microbatches(batch_size: int, num_microbatches: int,
             f"{batch_size % num_microbatches}). Use a batch size that is a multiple of "
             f"{num_microbatches}, or a micro-batch count that divides {batch_size}.")
     if num_microbatches < num_stages:
-        raise ValueError(
-            f"{num_microbatches} micro-batch(es) for {num_stages} stages: some stages "
-            f"would never get work and the pipeline can hang. Use num_microbatches >= "
-            f"{num_stages} (>= {4 * num_stages} keeps the bubble small).")
+        bubble = bubble_theory(num_stages, num_microbatches)
+        warnings.warn(
+            f"{num_microbatches} micro-batch(es) for {num_stages} stages: legal, but at "
+            f"least {num_stages - num_microbatches} stage(s) idle at every step; the "
+            f"bubble is {bubble:.0%} of the time. Use num_microbatches >= "
+            f"{4 * num_stages} (4 x stages) to keep it small.", stacklevel=2)
     return batch_size // num_microbatches
 
 

@@ -3,16 +3,20 @@
 Taught in: lab 04 (only one device works at a time) and lab 05 (the pipeline bubble).
 ``Recorder`` stamps real runs: CUDA events on a GPU, the wall clock on the CPU
 (``time.perf_counter`` is one system-wide clock on Linux, so ranks' events line up).
+``Watch`` records a stage from the outside (hooks) while the learner's code runs it:
+the order of forwards and backwards, their times, and the activations held.
 ``draw`` and ``as_text`` also take a ``pipeline.schedule`` table: same picture, no run.
 """
 
 import time
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Event", "Recorder", "from_table", "draw", "as_text", "busy_overlap"]
+__all__ = ["Event", "Recorder", "Watch", "from_table", "draw", "as_text",
+           "busy_overlap"]
 
 COLOURS = {"F": "#4c72b0", "B": "#dd8452"}   # forward blue, backward orange
 IDLE_COLOUR = "#e6e6e6"                       # grey where a row does nothing
@@ -178,3 +182,103 @@ def busy_overlap(events: list[Event]) -> float:
         busy += change
         last = moment
     return overlap
+
+
+class _Held:
+    """What autograd keeps for a saved tensor while we count it (see Watch._pack)."""
+
+    __slots__ = ("tensor", "__weakref__")
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
+class Watch:
+    """Record what one rank's stage does inside a ``with`` block.
+
+    ``order``: ("F", k) when the stage's k-th forward ends, ("B", k) when the gradient
+    of that forward's output arrives. ``events``: ``timeline.Event`` spans, F for each
+    forward of the stage, B for each ``backward`` call; waiting in a recv is in
+    neither. ``peak_held``: most micro-batches forwarded and not yet backwarded;
+    ``peak_bytes``: most bytes autograd saved for backward at once (weights
+    excluded). On a GPU each boundary synchronises, so the clock is the device's.
+    """
+
+    def __init__(self, stage, rank: int = 0, device="cpu", first_index: int = 0):
+        self.stage, self.rank, self.device = stage, rank, torch.device(device)
+        self.order, self.events = [], []
+        self.held = self.peak_held = self.peak_bytes = 0
+        self._index, self._first = 0, first_index
+        self._live, self._bytes = {}, 0   # (data_ptr, bytes) -> [count, bytes]
+        self._params = {p.untyped_storage().data_ptr() for p in stage.parameters()}
+        self._reached, self._hooks, self._saved = [], [], None
+
+    def _now(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+    def _event(self, kind: str, index: int, start: float) -> None:
+        self.events.append(Event(self.rank, kind, self._first + index, start,
+                                 self._now()))
+
+    def _before_forward(self, module, args):
+        self._started = self._now()
+
+    def _after_forward(self, module, args, output):
+        index, self._index = self._index, self._index + 1
+        self._event("F", index, self._started)
+        self.order.append(("F", index))
+        self.held += 1
+        self.peak_held = max(self.peak_held, self.held)
+        if isinstance(output, torch.Tensor) and output.requires_grad:
+            output.register_hook(lambda grad: self._gradient_reached(index))
+
+    def _gradient_reached(self, index: int) -> None:
+        self.order.append(("B", index))
+        self.held -= 1
+        self._reached.append(index)
+
+    def _backward(self, *args, **kwargs):
+        start, self._reached = self._now(), []
+        result = self._real_backward(*args, **kwargs)
+        self._event("B", self._reached[0] if self._reached else -1, start)
+        return result
+
+    def _pack(self, tensor):
+        if tensor.untyped_storage().data_ptr() in self._params:
+            return tensor   # a weight, not an activation
+        size = tensor.numel() * tensor.element_size()
+        key = (tensor.data_ptr(), size)   # one tensor saved by two ops counts once
+        entry = self._live.setdefault(key, [0, size])
+        if entry[0] == 0:
+            self._bytes += size
+            self.peak_bytes = max(self.peak_bytes, self._bytes)
+        entry[0] += 1
+        held = _Held(tensor)
+        weakref.finalize(held, self._release, key)   # autograd let go of it
+        return held
+
+    def _release(self, key) -> None:
+        entry = self._live[key]
+        entry[0] -= 1
+        if entry[0] == 0:
+            self._bytes -= entry[1]
+            del self._live[key]
+
+    def __enter__(self):
+        self._hooks = [self.stage.register_forward_pre_hook(self._before_forward),
+                       self.stage.register_forward_hook(self._after_forward)]
+        self._real_backward, torch.autograd.backward = (torch.autograd.backward,
+                                                        self._backward)
+        self._saved = torch.autograd.graph.saved_tensors_hooks(
+            self._pack, lambda held: held.tensor if isinstance(held, _Held) else held)
+        self._saved.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._saved.__exit__(*exc)
+        torch.autograd.backward = self._real_backward
+        for hook in self._hooks:
+            hook.remove()
+        return False

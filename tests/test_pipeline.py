@@ -1,14 +1,13 @@
-"""Tests for labkit.pipeline, pipeline_run and mp: schedules, bubble, gradients."""
+"""Tests for labkit.pipeline, pipeline_run and stages: schedules, bubble, gradients."""
 
 import copy
+import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from labkit import checks, launch, models, mp, pipeline, pipeline_run, timeline
-from labkit.checks import model_parallel
-from labkit.checks import pipeline as pipeline_checks
+from labkit import models, pipeline, pipeline_run, stages, timeline
 
 CASES = [("gpipe", p, m, 1) for p in (2, 3, 4) for m in (1, 2, 4, 8)] + \
         [("1f1b", p, m, 1) for p in (2, 3, 4) for m in (1, 2, 4, 8)] + \
@@ -75,13 +74,23 @@ def test_deadlocked_orders_are_reported():
         pipeline._simulate(orders, last_stage=0)
 
 
-@pytest.mark.parametrize("batch, m, p, message", [
-    (64, 5, 1, r"64 % 5 = 4"), (64, 2, 4, "2 micro-batch\\(es\\) for 4 stages")])
-def test_bad_microbatches(batch, m, p, message):
-    """Are a non-divisible batch and fewer micro-batches than stages clear errors?"""
-    with pytest.raises(ValueError, match=message):
-        pipeline.check_microbatches(batch, m, p)
-    assert pipeline.check_microbatches(64, 8, 4) == 8
+def test_batch_that_does_not_divide_is_an_error():
+    """Is a batch that does not split into equal micro-batches a ValueError?"""
+    with pytest.raises(ValueError, match=r"64 % 5 = 4"):
+        pipeline.check_microbatches(64, 5, 1)
+    with pytest.raises(ValueError, match=r"64 % 5 = 4"):   # even with m < p
+        pipeline.check_microbatches(64, 5, 8)
+
+
+def test_fewer_microbatches_than_stages_is_a_warning():
+    """Is m < p legal, warned about with the numbers and the m >= 4p advice?"""
+    with pytest.warns(UserWarning, match=r"2 micro-batch\(es\) for 4 stages: legal, "
+                      r"but at least 2 stage\(s\) idle .* 60% .* >= 16 \(4 x stages\)"):
+        assert pipeline.check_microbatches(64, 2, 4) == 32
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # m >= p: no warning at all
+        assert pipeline.check_microbatches(64, 8, 4) == 8
+        assert pipeline.split_microbatches(torch.zeros(4, 2), torch.zeros(4), 1)
 
 
 def test_split_microbatches_checks_lengths():
@@ -190,75 +199,23 @@ def test_max_difference_names_mismatch():
                           {"a": torch.zeros(1)})
 
 
-SMALL = dict(mp.CONFIG, num_layers=4, width=32, batch=16, steps=2, requests=3,
-             num_microbatches=2, microbatch_counts=(1, 2, 4))
+def test_stages_split_the_same_model_as_the_reference():
+    """Does every rank's stage hold exactly its slice of the reference model?"""
+    cfg = stages.Config(num_layers=4, width=32, batch=16)
+    whole = stages.whole_model(cfg)
+    names = [dict(s.named_parameters())
+             for s in pipeline_run.split_stages(stages.whole_model(cfg), 2)]
+    assert set(names[0]) | set(names[1]) == {n for n, _ in whole.named_parameters()}
+    assert set(stages.reference(cfg)["grads"]) == set(names[0]) | set(names[1])
+    images, labels = stages.batch(cfg)
+    assert images.shape == (16, 1, 28, 28) and labels.shape == (16,)
+    assert stages.requests(cfg, 3).shape == (3, 1, 1, 28, 28)
 
 
-def test_model_parallel_on_two_ranks():
-    """Split over 2 ranks: same logits and gradients as the whole model, no overlap?"""
-    ranks = launch.run(mp.model_parallel, world_size=2, args=(SMALL,), timeout=60)
-    whole = mp.reference(SMALL)
-    grads = {**ranks[0]["grads"], **ranks[1]["grads"]}
-    assert models.max_difference(whole["grads"], grads) < 1e-6
-    assert torch.allclose(whole["logits"], ranks[1]["logits"], atol=1e-6)
-    events = ranks[0]["events"] + ranks[1]["events"]
-    assert len(events) == 2 * 2 * SMALL["steps"]
-    assert timeline.busy_overlap(events) == 0.0
-    assert len(ranks[0]["latency_ms"]) == SMALL["requests"]
-    assert not ranks[1]["latency_ms"]
-
-
-def test_pipeline_parallel_on_two_ranks():
-    """GPipe/1F1B from scratch and torch.distributed.pipelining: full-batch grads?"""
-    ranks = launch.run(mp.pipeline_parallel, world_size=2, args=(SMALL,), timeout=90)
-    whole = mp.reference(SMALL)
-    for name in ("gpipe", "1f1b"):
-        for m in SMALL["microbatch_counts"]:
-            runs = [r["scratch"][name][m] for r in ranks]
-            grads = {k: v for run in runs for k, v in run["grads"].items()}
-            assert models.max_difference(whole["grads"], grads) < 1e-6, (name, m)
-    assert [r["scratch"]["gpipe"][4]["peak_held"] for r in ranks] == [4, 4]
-    assert [r["scratch"]["1f1b"][4]["peak_held"] for r in ranks] == [2, 1]
-    for key, result in ranks[0]["torch"].items():
-        grads = {**result["grads"], **ranks[1]["torch"][key]["grads"]}
-        assert models.max_difference(whole["grads"], grads) < 1e-6, key
-        assert ranks[1]["torch"][key]["loss"] == pytest.approx(whole["loss"], rel=1e-5)
-
-
-def test_checks_give_specific_hints():
-    """Do the pipeline checks recognise the classic mistakes?"""
-    cases = [
-        (pipeline_checks.bubble_formula, lambda p, m: (p - 1) / m, "ideal time"),
-        (model_parallel.min_devices, lambda n, gib, b=4: -(-n * b * 4 // int(gib * 1e9)),
-         "2\\*\\*30"),
-        (model_parallel.min_devices, lambda n, gib, b=4: -(-n * b // (gib * 2**30)), "Adam"),
-        (pipeline_checks.split_microbatches,
-         lambda x, y, m, p: list(zip(x.chunk(m), y.chunk(m))), "must raise ValueError"),
-        (model_parallel.split_in_two,
-         lambda model: (copy.deepcopy(model[:3]), copy.deepcopy(model[3:])),
-         "copies|Linear"),
-        (pipeline_checks.gpipe_table, lambda p, m: [[None]], "wrong table"),
-        (model_parallel.overlap_seconds, lambda events: 0.0, "Sort the start and end"),
-    ]
-    for check, attempt, hint in cases:
-        with pytest.raises(checks.ExerciseFailed, match=hint):
-            check(attempt)
-
-
-def test_gpipe_step_hint_for_missing_division():
-    """Does gpipe_step spot micro-batch losses that were not divided by m?"""
-    def unscaled(stages, inputs, targets, m):
-        total = 0.0
-        for x, y in zip(inputs.chunk(m), targets.chunk(m)):
-            for stage in stages:
-                x = stage(x)
-            loss = F.cross_entropy(x, y)
-            loss.backward()
-            total += loss.item() / m
-        return total
-
-    with pytest.raises(checks.ExerciseFailed, match="divide each micro-batch loss"):
-        pipeline_checks.gpipe_step(unscaled)
+def test_program_refuses_an_unknown_call():
+    """Does a Program with an unknown calling convention fail, listing the valid ones?"""
+    with pytest.raises(ValueError, match="one of batch, microbatches, order"):
+        stages.Program("split_step", "train_step", call="waves")
 
 
 def test_thread_receive_times_out():
@@ -267,17 +224,3 @@ def test_thread_receive_times_out():
 
     with pytest.raises(TimeoutError, match="the pipeline is stuck"):
         pipeline_run._receive(queue.Queue(), [], timeout_s=0.1)
-
-
-def test_checks_reject_wrong_shapes_of_answers():
-    """Do the checks explain answers of the wrong type or shape?"""
-    with pytest.raises(checks.ExerciseFailed, match="return a pair"):
-        model_parallel.split_in_two(lambda model: model)
-    with pytest.raises(checks.ExerciseFailed, match="math.ceil"):
-        model_parallel.min_devices(lambda n, gib, b=4: n * b * 4 / (gib * 2**30) + 5.0)
-    with pytest.raises(checks.ExerciseFailed, match="say the numbers"):
-        def vague(x, y, m, p):
-            if len(x) % m or m < p:
-                raise ValueError("bad sizes")
-            return list(zip(x.chunk(m), y.chunk(m)))
-        pipeline_checks.split_microbatches(vague)

@@ -85,3 +85,33 @@ def test_busy_overlap():
     assert timeline.busy_overlap([ev(0, 0, 1), ev(1, 1, 2)]) == 0
     assert timeline.busy_overlap([ev(0, 0, 2), ev(1, 1, 3)]) == 1
     assert timeline.busy_overlap([ev(0, 0, 4), ev(1, 1, 2), ev(2, 1.5, 3)]) == 2
+
+
+def test_watch_records_order_spans_and_activations():
+    """Does Watch see two forwards, backwards in reverse, and the activations held?"""
+    from labkit import models
+
+    stage = models.deep_mlp(4, 16)
+    with timeline.Watch(stage, rank=1) as watch:
+        outs = [stage(torch.randn(4, 1, 28, 28)) for _ in range(2)]
+        held_at_peak = watch.peak_bytes
+        for out in reversed(outs):
+            out.sum().backward()
+    assert watch.order == [("F", 0), ("F", 1), ("B", 1), ("B", 0)]
+    assert [(e.row, e.kind, e.microbatch) for e in watch.events] == [
+        (1, "F", 0), (1, "F", 1), (1, "B", 1), (1, "B", 0)]
+    assert all(e.end >= e.start for e in watch.events)
+    assert watch.peak_held == 2 and held_at_peak > 0
+    assert watch._bytes == 0   # every saved activation was let go after its backward
+    assert torch.autograd.backward.__name__ == "backward"   # restored on exit
+
+
+def test_watch_counts_one_saved_tensor_once_and_skips_weights():
+    """Are weights left out, and a tensor saved by two ops counted once?"""
+    linear = torch.nn.Linear(8, 8, bias=False)
+    x = torch.randn(2, 8, requires_grad=True)
+    with timeline.Watch(torch.nn.Sequential(linear)) as watch:
+        y = linear(x)        # saves x (and the weight: not counted)
+        z = (x * x).sum()    # saves x twice more: the same tensor
+    assert watch.peak_bytes == x.numel() * x.element_size()
+    (y.sum() + z).backward()

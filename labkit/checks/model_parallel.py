@@ -1,38 +1,28 @@
-"""Checks for lab 04 (model parallelism): how many devices, a balanced split, and how
-long two devices work at once."""
+"""Checks for lab 04 (layer-wise model parallelism): a balanced cut, the split training
+step over send/recv, how long two devices work at once, and serving requests through
+the split model.
+
+The program checks launch the learner's module on 2 gloo ranks (``stages.run_program``,
+``stages.run_serve``) inside ``p2p.bounded``: a rank that waits too long for a message
+stops and says which, so a forgotten send becomes a hint instead of a hang. Results
+are compared with the unsplit model (``stages.reference``), tensor by tensor, rank by
+rank.
+"""
 
 import math
+import re
 
 import torch
 from torch import nn
 
-from labkit import estimate, models, timeline
+from labkit import models, stages, timeline
 from labkit.checks._core import ExerciseFailed, attempt, expect_close, passed
+from labkit.checks._programs import launch_program, load_program
+from labkit.checks._split import BOUND_S, CONFIG, TOLERANCE, explain_messages, first_gap
 
-__all__ = ["min_devices", "split_in_two", "overlap_seconds"]
+__all__ = ["split_in_two", "split_step", "overlap_seconds", "serve"]
 
-
-def min_devices(fn) -> None:
-    """Check ``fn(num_params, device_gib, bytes_per_value) -> int`` devices to train."""
-    name = "min_devices"
-    for num_params, gib, width in [(1_000_000, 80, 4), (7_000_000_000, 80, 4),
-                                   (70_000_000_000, 141, 2), (5 * 2**30, 80, 4)]:
-        need = estimate.training_memory_bytes(num_params, width)
-        want = math.ceil(need / (gib * 2**30))
-        got = attempt(name, fn, num_params, gib, width)
-        hint = ""
-        if isinstance(got, (int, float)) and got == math.ceil(need / (gib * 1e9)):
-            hint = "A GiB is 2**30 bytes, not 1e9."
-        elif isinstance(got, (int, float)) and got < want:
-            hint = ("Training holds weights, gradients and Adam's two states: "
-                    "estimate.training_memory_bytes, not just the weights.")
-        elif isinstance(got, float):
-            hint = "Round up to whole devices (math.ceil) and return an int."
-        if got != want or not isinstance(got, int):
-            raise ExerciseFailed(f"{name}: {num_params:,} parameters, {gib} GiB "
-                                 f"devices, {width} B/value: expected {want}, got "
-                                 f"{got!r}. {hint}")
-    passed(name, "Weights alone would fit; weights + gradients + Adam do not.")
+# ---------------------------------------------------------------- exercise 4.1
 
 
 def split_in_two(fn) -> None:
@@ -62,6 +52,55 @@ def split_in_two(fn) -> None:
     passed(name, "Slicing keeps parameter names (`9.weight`): state dicts still match.")
 
 
+# ---------------------------------------------------------------- exercise 4.2
+
+
+def _explain_step(text: str) -> str | None:
+    """Name the classic mistake behind a rank's failure in the split step."""
+    if re.search(r"rank 0 waited .* dist\.recv\(src=1\)", text):
+        return ("Rank 0 waited in its backward for the gradient of its output, which "
+                "never came: after its backward the last rank must send the gradient "
+                "of what it received back, dist.send(inputs.grad, dst=ctx.rank - 1).")
+    if re.search(r"rank 1 waited .* dist\.recv\(src=0\)", text):
+        return ("Rank 1 waited for the activations: in forward every rank but the "
+                "last sends its out (detached) to ctx.rank + 1.")
+    if "blocking dist.send" in text:
+        return ("A blocking send waits until the other rank posts the matching recv: "
+                "every send needs a recv on the other side, in the same order.")
+    return explain_messages(text)
+
+
+def split_step(path="split_step.py", bound_s: float = BOUND_S) -> None:
+    """Check the learner's split step on 2 gloo ranks against the unsplit model.
+
+    Launches ``train_step`` of the module at ``path`` through ``stages.run_program``;
+    every rank's gradients must equal the whole model's to ``TOLERANCE``.
+    """
+    name = "split_step"
+    module = load_program(path)
+    program = stages.Program(module.__name__, "train_step", "batch", bound_s=bound_s)
+    ranks = launch_program(name, stages.run_program, 2, args=(program, [CONFIG]),
+                           timeout=60, explain=_explain_step, module=module.__name__)
+    want = stages.reference(CONFIG)
+    gap = first_gap(want["grads"], ranks, CONFIG)
+    if gap:
+        rank, tensor, size = gap
+        hint = ("It got no gradient: rank 0's backward must call out.backward(grad) "
+                "with the gradient received from rank 1." if math.isinf(size) else
+                "Does each rank receive what the other sent, in the same order?")
+        raise ExerciseFailed(f"{name}: rank {rank}'s gradient of {tensor} differs from "
+                             f"the unsplit model's by {size:.2e} (tolerance "
+                             f"{TOLERANCE:g}). {hint}")
+    loss = ranks[-1]["runs"][0]["loss"]
+    expect_close(name, loss, want["loss"], "the loss returned by the last rank",
+                 "On the last rank, forward returns the loss as out.", rel=1e-5)
+    passed(name, f"Both ranks' gradients equal the unsplit model's (to {TOLERANCE:g}); "
+                 "one tensor crossed the cut each way.")
+
+
+# ---------------------------------------------------------------- exercise 4.3
+
+
 def _events(rows):
     return [timeline.Event(row, kind, 0, start, end) for row, kind, start, end in rows]
 
@@ -80,3 +119,51 @@ def overlap_seconds(fn) -> None:
                 "rows, and add up the time while the count is 2 or more.")
         expect_close(name, got, want, case, hint)
     passed(name, "A measured split model overlaps by ~0 s: one device works at a time.")
+
+
+# ---------------------------------------------------------------- exercise 4.4
+
+
+def _explain_serve(text: str) -> str | None:
+    """Name the classic mistake behind a rank's failure while serving."""
+    if re.search(r"rank 0 waited .* dist\.recv\(src=1\)", text):
+        return ("Rank 0 waited for the answer, which never came: the last rank must "
+                "send its logits back to rank 0 (dist.send(out, dst=0)).")
+    if "with a buffer of shape" in text:
+        return ("A receive buffer must have the sender's shape: activations are "
+                "(len(request), width); the answer is the logits, (len(request), 10).")
+    return _explain_step(text)
+
+
+def serve(path="split_serve.py", count: int = 4, bound_s: float = BOUND_S) -> None:
+    """Check the learner's ``serve`` answers requests like the unsplit model.
+
+    Launches ``serve`` of the module at ``path`` through ``stages.run_serve`` on 2 gloo
+    ranks; rank 0's answers must equal the whole model's logits, and no message may
+    carry an autograd graph (serving needs no backward).
+    """
+    name = "serve"
+    module = load_program(path)
+    ranks = launch_program(name, stages.run_serve, 2,
+                           args=(module.__name__, CONFIG, count, bound_s), timeout=60,
+                           explain=_explain_serve, module=module.__name__)
+    with torch.no_grad():
+        want = stages.whole_model(CONFIG).eval()(stages.requests(CONFIG, count)[:, 0])
+    answers = ranks[0]["answers"]
+    if any(not torch.is_tensor(a) or a.shape != (1, 10) for a in answers):
+        raise ExerciseFailed(f"{name}: rank 0 returned {answers[0]!r}: serve must "
+                             "return the logits, shape (1, 10), on rank 0.")
+    gap = (torch.cat(answers) - want).abs().max().item()
+    if gap > TOLERANCE * 10:
+        raise ExerciseFailed(f"{name}: rank 0's answers differ from the unsplit "
+                             f"model's logits by {gap:.2e}: run each stage on what it "
+                             "received and send the last stage's output back.")
+    graphs = [m for r in ranks for m in r["messages"] if m["requires_grad"]]
+    if graphs or any(ranks[0]["answer_requires_grad"]):
+        raise ExerciseFailed(
+            f"{name}: the answers are right, but tensors that require grad were sent "
+            "or returned: serving builds no graph. Run the stage under `with "
+            "torch.no_grad():`, or every request keeps its activations for a backward "
+            "that never comes.")
+    passed(name, f"{count} requests answered on rank 0 like the unsplit model; each "
+                 "crossed the cut and came back.")

@@ -1,53 +1,27 @@
-"""Checks for lab 05 (pipeline parallelism)."""
+"""Checks for lab 05 (pipeline parallelism): GPipe's schedule table, the GPipe step the
+learner writes on ranks, and the 1F1B order of one stage, run on ranks.
 
-import copy
-import math
+The program checks launch the learner's module on 2 gloo ranks through
+``stages.run_program`` inside ``p2p.bounded`` (a stuck message is named, not waited
+for). ``timeline.Watch`` records, in each rank, the order in which its stage ran the
+forwards and backwards of the micro-batches; the checks compare that order with the
+reference schedule (``pipeline.orders``) and the gradients with the full batch's.
+"""
 
-import torch
-import torch.nn.functional as F
-from torch import nn
+import re
+from dataclasses import replace
 
-from labkit import estimate, models, pipeline, timeline
+from labkit import pipeline, stages, timeline
 from labkit.checks._core import ExerciseFailed, attempt, expect_close, passed
+from labkit.checks._programs import launch_program, load_program
+from labkit.checks._split import BOUND_S, CONFIG, TOLERANCE, explain_messages, first_gap
 
-__all__ = ["bubble_formula", "split_microbatches", "gpipe_table", "gpipe_step"]
+__all__ = ["gpipe_table", "gpipe_step", "one_f_one_b"]
 
-
-def bubble_formula(fn) -> None:
-    """Check ``fn(num_stages, num_microbatches) -> idle fraction of total time``."""
-    name = "bubble_fraction"
-    for p, m in [(1, 4), (2, 1), (4, 8), (8, 32)]:
-        got = attempt(name, fn, p, m)
-        hint = ""
-        if isinstance(got, (int, float)) and math.isclose(got, (p - 1) / m):
-            hint = ("(p-1)/m is the bubble relative to the ideal time; the fraction "
-                    "of the total time divides by the total, m + p - 1 steps.")
-        expect_close(name, got, pipeline.bubble_theory(p, m), f"p={p}, m={m}", hint)
-    passed(name, "With m >= 4p the bubble drops under 20%.")
+ORDER_CASES = [(2, 4), (4, 8), (4, 4), (3, 5), (4, 2), (2, 1)]   # (p, m), m < p too
 
 
-def split_microbatches(fn) -> None:
-    """Check ``fn(inputs, targets, m, num_stages)``: equal chunks, clear ValueErrors."""
-    name = "split_microbatches"
-    inputs, targets = torch.arange(12.0).view(12, 1), torch.arange(12)
-    got = attempt(name, fn, inputs, targets, 4, 2)
-    want = pipeline.split_microbatches(inputs, targets, 4, 2)
-    if len(got) != 4 or any(not (torch.equal(a, c) and torch.equal(b, d))
-                            for (a, b), (c, d) in zip(got, want)):
-        raise ExerciseFailed(f"{name}: 12 samples in 4 micro-batches should be 4 pairs "
-                             "of 3 consecutive samples, inputs and targets aligned.")
-    for args, what in [((5, 2), "12 samples into 5 micro-batches"),
-                       ((2, 4), "2 micro-batches for 4 stages")]:
-        try:
-            attempt(name, fn, inputs, targets, *args)
-        except ValueError as err:
-            if not any(ch.isdigit() for ch in str(err)):
-                raise ExerciseFailed(f"{name}: for {what} say the numbers in the "
-                                     f"message, got {str(err)!r}.") from None
-            continue
-        raise ExerciseFailed(f"{name}: {what} must raise ValueError (real pipelines "
-                             "crash or hang there), but nothing was raised.")
-    passed(name, "Bad sizes fail in the first line, not as a hang on rank 3.")
+# ---------------------------------------------------------------- exercise 5.1
 
 
 def gpipe_table(fn) -> None:
@@ -65,36 +39,175 @@ def gpipe_table(fn) -> None:
     passed(name, "Count the dots: 2(p-1) idle steps on every rank.")
 
 
-def _reference(model, inputs, targets):
-    reference = copy.deepcopy(model)
-    F.cross_entropy(reference(inputs), targets).backward()
-    return reference
+# ---------------------------------------------------------------- shared
 
 
-def gpipe_step(fn) -> None:
-    """Check ``fn(stages, inputs, targets, m) -> loss`` leaves full-batch gradients."""
+def _reference_orders(name: str, p: int, m: int) -> list[list[tuple]]:
+    return [[(a.kind, a.microbatch) for a in row]
+            for row in pipeline.orders(name, p, m)]
+
+
+def _text(order: list) -> str:
+    return " ".join(f"{kind}{i}" for kind, i in order)
+
+
+def _check_gradients(name: str, ranks: list, cfg, run: int, what: str) -> None:
+    """Fail naming the rank and tensor whose gradient is off the full batch's."""
+    want = stages.reference(cfg)
+    m = cfg.num_microbatches
+    gap = first_gap(want["grads"], ranks, cfg, run)
+    if gap:
+        rank, tensor, size = gap
+        if m > 1 and first_gap(want["grads"], ranks, cfg, run, scale=m) is None:
+            hint = (f"Every gradient is {m} times the full batch's: the micro-batch "
+                    f"losses were added up, not averaged. Divide each micro-batch's "
+                    f"loss by m = {m} before its backward (the mean of m means is the "
+                    "batch's mean).")
+        else:
+            hint = ("Does the last rank pair micro-batch i's output with micro-batch "
+                    "i's targets, and does each received gradient go to the out of "
+                    "the same micro-batch?")
+        raise ExerciseFailed(f"{name}: {what}, m={m}: rank {rank}'s gradient of "
+                             f"{tensor} differs from the full batch's by {size:.2e} "
+                             f"(tolerance {TOLERANCE:g}). {hint}")
+    expect_close(name, ranks[-1]["runs"][run]["loss"], want["loss"],
+                 f"{what}, m={m}: the loss returned by the last rank",
+                 "Return the sum of the micro-batch losses, each divided by m.",
+                 rel=1e-5)
+
+
+# ---------------------------------------------------------------- exercise 5.2
+
+
+def _explain_gpipe(text: str) -> str | None:
+    if re.search(r"rank 0 waited .* dist\.recv\(src=1\)", text):
+        return ("Rank 0 waited in its backward wave for a gradient that never came: "
+                "after each backward the last rank sends x.grad back to ctx.rank - 1.")
+    if re.search(r"rank 1 waited .* dist\.recv\(src=0\)", text):
+        return ("Rank 1 waited for activations: in the forward wave every rank but the "
+                "last sends each micro-batch's out (detached) to ctx.rank + 1.")
+    return explain_messages(text)
+
+
+def _check_gpipe_order(name: str, orders: list, m: int) -> None:
+    """Fail naming the rank whose forwards and backwards are not GPipe's order."""
+    backwards = [[i for kind, i in order if kind == "B"] for order in orders]
+    if len({tuple(b) for b in backwards}) > 1:
+        raise ExerciseFailed(
+            f"{name}: m={m}: the ranks ran their backward waves in different orders "
+            f"({', '.join(f'rank {r}: {b}' for r, b in enumerate(backwards))}). A rank "
+            "receives gradients in the order the next rank sends them, so here a "
+            "gradient met another micro-batch's activations. Run the backward wave in "
+            "the same micro-batch order on every rank: 0, 1, ..., m-1.")
+    for rank, (got, want) in enumerate(zip(orders, _reference_orders("gpipe", 2, m))):
+        if got != want:
+            raise ExerciseFailed(
+                f"{name}: m={m}: rank {rank} ran {_text(got)}; GPipe runs "
+                f"{_text(want)}: the forward wave (every micro-batch), then the "
+                "backward wave, micro-batches in order 0, 1, ..., m-1.")
+
+
+def gpipe_step(path="gpipe.py", bound_s: float = BOUND_S) -> None:
+    """Check the learner's GPipe step on 2 gloo ranks for m = 2 and 4 micro-batches.
+
+    The order each rank ran must be GPipe's, the gradients the full batch's.
+    """
     name = "gpipe_step"
-    torch.manual_seed(0)
-    model = models.deep_mlp(4, width=16)
-    inputs, targets = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
-    reference = _reference(model, inputs, targets)
-    want_loss = F.cross_entropy(model(inputs), targets).item()
-    for m in (1, 2, 4):
-        trial = copy.deepcopy(model)
-        stages = [trial[:5], trial[5:]]
-        loss = attempt(name, fn, stages, inputs, targets, m)
-        expect_close(name, loss, want_loss, f"the loss with m={m}",
-                     "Return the full-batch mean: the mean of the micro-batch losses.",
-                     rel=1e-4)
-        for (pname, p), q in zip(trial.named_parameters(), reference.parameters()):
-            if p.grad is None:
-                raise ExerciseFailed(f"{name}: {pname} got no gradient with m={m}.")
-            if not torch.allclose(p.grad, q.grad, atol=1e-6):
-                ratio = (p.grad.norm() / q.grad.norm()).item()
-                hint = (f"Gradients are {ratio:.2f}x the full batch's: divide each "
-                        f"micro-batch loss by m before backward."
-                        if abs(ratio - m) < 0.01 else
-                        "Run every micro-batch's backward and let .grad accumulate.")
-                raise ExerciseFailed(f"{name}: with m={m}, {pname}.grad differs from "
-                                     f"the full-batch gradient. {hint}")
-    passed(name, "Same gradients as the full batch, for every micro-batch count.")
+    module = load_program(path)
+    cfgs = [replace(CONFIG, num_microbatches=m) for m in (2, 4)]
+    program = stages.Program(module.__name__, "gpipe_step", "microbatches",
+                             bound_s=bound_s)
+    ranks = launch_program(name, stages.run_program, 2, args=(program, cfgs),
+                           timeout=60, explain=_explain_gpipe, module=module.__name__)
+    for run, cfg in enumerate(cfgs):
+        _check_gpipe_order(name, [r["runs"][run]["order"] for r in ranks],
+                           cfg.num_microbatches)
+        _check_gradients(name, ranks, cfg, run, "GPipe")
+    passed(name, "m = 2 and 4: forward wave, backward wave, and the full batch's "
+                 f"gradients (to {TOLERANCE:g}) on both ranks.")
+
+
+# ---------------------------------------------------------------- exercise 5.3
+
+
+def _order_hint(got: list, want: list, rank: int, p: int, m: int) -> str:
+    """Say how a 1F1B order differs from the reference, starting with the warm-up."""
+    def lead(order):   # forwards before the first backward
+        return next((k for k, (kind, _) in enumerate(order) if kind == "B"), len(order))
+
+    if lead(got) != lead(want):
+        warmup = min(p - rank - 1, m)
+        return (f"1F1B's warm-up on rank {rank} of {p} is min(p - rank - 1, m) = "
+                f"{warmup} forward(s), then one forward and one backward in turn, so "
+                f"its first backward comes after {lead(want)} forward(s); yours after "
+                f"{lead(got)}.")
+    return "After the warm-up: one forward, one backward in turn, then the cool-down."
+
+
+def _normalised(got) -> list | None:
+    try:
+        return [(str(kind), int(i)) for kind, i in got]
+    except (TypeError, ValueError):
+        return None
+
+
+def _check_orders(name: str, fn) -> list:
+    """Compare ``fn`` with 1F1B for ORDER_CASES; return its orders for p=2, m=4."""
+    for p, m in ORDER_CASES:
+        for rank, want in enumerate(_reference_orders("1f1b", p, m)):
+            got = _normalised(attempt(name, fn, rank, p, m))
+            if got is None:
+                raise ExerciseFailed(f"{name}: return a list of (\"F\", i) and "
+                                     "(\"B\", i) pairs.")
+            if got != want:
+                raise ExerciseFailed(
+                    f"{name}: rank {rank} of {p} stages, m={m}: expected\n  "
+                    f"{_text(want)}\ngot\n  {_text(got)}\n"
+                    f"{_order_hint(got, want, rank, p, m)}")
+    return [_normalised(fn(rank, 2, 4)) for rank in range(2)]
+
+
+def _explain_order(text: str) -> str | None:
+    if "blocking dist.send" in text:
+        return ("Two blocking sends facing each other: in 1F1B a rank sends "
+                "activations forward while the next rank sends it a gradient back, "
+                "and a blocking dist.send waits until the other side receives, so "
+                "both wait forever (deadlock). Send with dist.isend, keep the "
+                "handles, and wait on them at the end of the step.")
+    if "waited" in text and "dist.recv" in text:
+        return ("The two ranks' orders do not fit together: one waits for a message "
+                "the other never sends. Is every micro-batch forwarded and backwarded "
+                "once on each rank?")
+    return explain_messages(text)
+
+
+def one_f_one_b(path="one_f_one_b.py", bound_s: float = BOUND_S) -> None:
+    """Check the learner's 1F1B order, then run it on 2 gloo ranks with ``run_order``.
+
+    The orders must equal ``pipeline.orders("1f1b", p, m)`` for ``ORDER_CASES``; on the
+    ranks (m = 4), 1F1B and GPipe orders must give the full batch's gradients, and the
+    micro-batches of activations held at once are measured.
+    """
+    name = "one_f_one_b"
+    module = load_program(path)
+    mine = _check_orders(name, module.one_f_one_b)
+    cfg = replace(CONFIG, num_microbatches=4)
+    program = stages.Program(module.__name__, "run_order", "order", bound_s=bound_s)
+    ranks = launch_program(name, stages.run_program, 2,
+                           args=(program, [cfg, cfg], [mine, _reference_orders(
+                               "gpipe", 2, 4)]), timeout=60, explain=_explain_order,
+                           module=module.__name__)
+    held = {}
+    for run, schedule in enumerate(("1f1b", "gpipe")):
+        _check_gradients(name, ranks, cfg, run, schedule)
+        held[schedule] = [r["runs"][run]["peak_held"] for r in ranks]
+        want = pipeline.peak_activations(pipeline.schedule(schedule, 2, 4))
+        if held[schedule] != want:
+            raise ExerciseFailed(f"{name}: {schedule} on 2 ranks held {held[schedule]} "
+                                 f"micro-batches of activations at once, not {want}: "
+                                 "free each micro-batch's activations at its backward.")
+    kib = [ranks[0]["runs"][run]["peak_bytes"] / 2**10 for run in (0, 1)]
+    passed(name, f"1F1B orders right for {len(ORDER_CASES)} (p, m); on 2 ranks (m=4) "
+                 f"the full batch's gradients, holding {held['1f1b']} micro-batches of "
+                 f"activations (rank 0: {kib[0]:.0f} KiB) where GPipe holds "
+                 f"{held['gpipe']} ({kib[1]:.0f} KiB).")

@@ -1,0 +1,161 @@
+"""Lab 05's checks: they pass on the notebook's solutions and name each classic
+mistake when one is made on purpose (the module written with a change).
+
+Each program test writes the module a %%writefile cell of
+solutions/05_pipeline_parallel.ipynb writes into a temporary folder, breaks it, and
+runs the check there (2 gloo ranks). A deadlock is stopped after 3 s in tests.
+"""
+
+import pytest
+
+from labkit import launch, models, pipeline, stages
+from labkit.checks import ExerciseFailed
+from labkit.checks import pipeline as checks
+from labkit.checks._programs import load_program
+from notebook_cells import write_program
+
+NOTEBOOK = "05_pipeline_parallel.ipynb"
+STUCK_S = 3.0   # how long a check waits for a message that never comes, in tests
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    """A folder with the solution's modules; the checks run from it."""
+    monkeypatch.chdir(tmp_path)
+    for module in ("gpipe.py", "one_f_one_b.py", "pp_torch.py"):
+        write_program(tmp_path, NOTEBOOK, module)
+    return tmp_path
+
+
+# ---------------------------------------------------------------- exercise 5.1
+
+
+def test_gpipe_table_shows_the_expected_table():
+    """Does a wrong GPipe table get the expected table in the hint?"""
+    with pytest.raises(ExerciseFailed, match=r"wrong table for p=2, m=2(.|\n)*F0"):
+        checks.gpipe_table(lambda p, m: [[None]])
+
+
+# ---------------------------------------------------------------- exercise 5.2
+
+
+def test_gpipe_step_passes_on_the_solution(folder, capsys):
+    """Does the solution's GPipe give GPipe's order and the full batch's gradients?"""
+    checks.gpipe_step(str(folder / "gpipe.py"))
+    assert "✅ gpipe_step: passed" in capsys.readouterr().out
+
+
+BACKWARD_WAVE = "    for x, out in saved:                          # the backward wave, same order\n"
+
+
+@pytest.mark.parametrize("mistake, replace, hint", [
+    ("loss not divided by m: gradients m times too large",
+     [("out = F.cross_entropy(out, y) / m ", "out = F.cross_entropy(out, y) ")],
+     "Every gradient is 2 times the full batch's.*Divide each micro-batch's loss by m"),
+    ("wrong micro-batch order: the last rank's backward wave reversed",
+     [(BACKWARD_WAVE, "    for x, out in (saved[::-1] if last else saved):\n")],
+     r"backward waves in different orders \(rank 0: \[0, 1\], rank 1: \[1, 0\]\)"),
+    ("not GPipe's order: every rank's backward wave reversed",
+     [(BACKWARD_WAVE, "    for x, out in saved[::-1]:\n")],
+     "rank 0 ran F0 F1 B1 B0; GPipe runs F0 F1 B0 B1"),
+    ("received activations without requires_grad",
+     [("            x.requires_grad_()\n", "")], r"requires_grad_\(\)"),
+    ("no gradient sent back: rank 0 waits",
+     [("            dist.send(x.grad, dst=ctx.rank - 1)\n", "            pass\n")],
+     "Rank 0 waited in its backward wave"),
+])
+def test_gpipe_step_names_the_mistake(folder, mistake, replace, hint):
+    """Does each classic GPipe mistake get its own hint?"""
+    path = write_program(folder, NOTEBOOK, "gpipe.py", replace)
+    with pytest.raises(ExerciseFailed, match=hint):
+        checks.gpipe_step(str(path), bound_s=STUCK_S)
+
+
+# ---------------------------------------------------------------- exercise 5.3
+
+
+def test_one_f_one_b_passes_and_measures_memory(folder, capsys):
+    """Does the solution's 1F1B pass, holding [2, 1] micro-batches where GPipe holds 4?"""
+    checks.one_f_one_b(str(folder / "one_f_one_b.py"))
+    out = capsys.readouterr().out
+    assert "✅ one_f_one_b: passed" in out
+    assert "holding [2, 1] micro-batches" in out and "GPipe holds [4, 4]" in out
+
+
+@pytest.mark.parametrize("mistake, replace, hint", [
+    ("warm-up count one too many",
+     [("warmup = min(num_stages - rank - 1, m)", "warmup = min(num_stages - rank, m)")],
+     "rank 0 of 2 stages, m=4(.|\n)*warm-up .* = 1 forward"),
+    ("warm-up not capped at m (m < p)",
+     [("warmup = min(num_stages - rank - 1, m)", "warmup = num_stages - rank - 1")],
+     r"rank 0 of 4 stages, m=2(.|\n)*min\(p - rank - 1, m\) = 2"),
+    ("GPipe's order instead of 1F1B's",
+     [("    order += [(\"B\", i) for i in range(m - warmup, m)]",
+       "    order = [(\"F\", i) for i in range(m)] + [(\"B\", i) for i in range(m)]\n"
+       "    order += []")], "expected(.|\n)*F0 F1 B0 F2 B1 F3 B2 B3"),
+    ("blocking sends facing each other: deadlock",
+     [("sends.append(dist.isend(out.detach(), dst=ctx.rank + 1))",
+       "dist.send(out.detach(), dst=ctx.rank + 1)"),
+      ("sends.append(dist.isend(x.grad, dst=ctx.rank - 1))",
+       "dist.send(x.grad, dst=ctx.rank - 1)")],
+     "Two blocking sends facing each other.*dist.isend"),
+])
+def test_one_f_one_b_names_the_mistake(folder, mistake, replace, hint):
+    """Does each classic 1F1B mistake get its own hint, and a deadlock no hang?"""
+    path = write_program(folder, NOTEBOOK, "one_f_one_b.py", replace)
+    with pytest.raises(ExerciseFailed, match=hint):
+        checks.one_f_one_b(str(path), bound_s=STUCK_S)
+
+
+def test_one_f_one_b_stub_is_not_done_yet(folder):
+    """Does the lab's stub fail with 'not done yet' before anything is launched?"""
+    path = write_program(folder, NOTEBOOK, "one_f_one_b.py", source_folder="labs")
+    with pytest.raises(ExerciseFailed, match="not done yet"):
+        checks.one_f_one_b(str(path))
+
+
+# ---------------------------------------------------------------- the lab's measurements
+
+
+def test_gpipe_on_ranks_with_fewer_microbatches_than_stages(folder):
+    """Does the solution's GPipe run m=1 on 2 ranks (legal), with the batch's grads?"""
+    load_program(folder / "gpipe.py")
+    cfg = stages.Config(num_layers=4, width=32, batch=16, num_microbatches=1)
+    program = stages.Program("gpipe", "gpipe_step", "microbatches")
+    ranks = launch.run(stages.run_program, 2, args=(program, [cfg]), timeout=60)
+    grads = {**ranks[0]["runs"][0]["grads"], **ranks[1]["runs"][0]["grads"]}
+    assert models.max_difference(stages.reference(cfg)["grads"], grads) < 1e-6
+    assert [r["runs"][0]["order"] for r in ranks] == [[("F", 0), ("B", 0)]] * 2
+
+
+def test_1f1b_holds_less_memory_than_gpipe_on_ranks(folder):
+    """With m=8 on 2 ranks, does 1F1B hold 2/8 and 1/8 of GPipe's activation bytes?"""
+    module = load_program(folder / "one_f_one_b.py")
+    cfg = stages.Config(num_layers=4, width=32, batch=16, num_microbatches=8)
+    orders = [[module.one_f_one_b(r, 2, 8) for r in range(2)],
+              [[(a.kind, a.microbatch) for a in row] for row in pipeline.orders(
+                  "gpipe", 2, 8)]]
+    program = stages.Program("one_f_one_b", "run_order", "order")
+    ranks = launch.run(stages.run_program, 2, args=(program, [cfg, cfg], orders),
+                       timeout=60)
+    one_f, gpipe = ([r["runs"][i] for r in ranks] for i in (0, 1))
+    assert [r["peak_held"] for r in one_f] == [2, 1]
+    assert [r["peak_held"] for r in gpipe] == [8, 8]
+    ratios = [f["peak_bytes"] / g["peak_bytes"] for f, g in zip(one_f, gpipe)]
+    assert ratios == pytest.approx([2 / 8, 1 / 8])
+
+
+def test_torch_pipelining_demo_matches_the_full_batch(folder):
+    """Do ScheduleGPipe, Schedule1F1B and the tracer give the full batch's gradients,
+    and does Schedule1F1B refuse m=1 with PyTorch's ValueError?"""
+    module = load_program(folder / "pp_torch.py")
+    cfg = stages.Config(num_layers=4, width=32, batch=16, num_microbatches=4)
+    ranks = launch.run(module.worker, 2, args=(cfg,), timeout=120)
+    want = stages.reference(cfg)
+    for key in ("ScheduleGPipe", "Schedule1F1B", "pipeline(...) + ScheduleGPipe"):
+        grads = {**ranks[0][key]["grads"], **ranks[1][key]["grads"]}
+        assert models.max_difference(want["grads"], grads) < 1e-6, key
+        assert ranks[1][key]["loss"] == pytest.approx(want["loss"], rel=1e-5)
+    assert ranks[0]["1f1b with m=1"] == (
+        "ValueError: Number of microbatches (1) must be greater than or equal to the "
+        "number of stages (2).")
