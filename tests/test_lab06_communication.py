@@ -8,6 +8,7 @@ relative to each tensor's largest gradient; PowerSGD (rank 2, 10 warm-up steps)
 reaches at least 85 % MNIST test accuracy in 200 steps, within 3 points of plain DDP.
 """
 
+import importlib
 import json
 import re
 import textwrap
@@ -157,7 +158,7 @@ def test_local_sgd_with_period_1_is_ddp(tmp_path, monkeypatch):
             return {k: v.detach().clone() for k, v in model.module.state_dict().items()}
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
-    import ddp_twin
+    ddp_twin = importlib.import_module("ddp_twin")   # ranks import it from tmp_path too
 
     cfg = local_sgd.Config(steps=10, period=1, limit=1024)
     twin = _run(ddp_twin.train, cfg)[0]
