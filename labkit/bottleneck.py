@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -22,7 +23,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from labkit import data, models
 from labkit.train import synchronize
 
-__all__ = ["PHASES", "profile_step", "straggler", "draw_straggler", "GpuMonitor"]
+__all__ = ["PHASES", "step_seconds", "profile_step", "straggler", "draw_straggler",
+           "GpuMonitor"]
 
 PHASES = ("data loading", "forward", "backward + all-reduce", "optimizer")
 
@@ -32,10 +34,48 @@ def _ddp(ctx, module):
     return DDP(module, device_ids=[ctx.device] if ctx.device.type == "cuda" else None)
 
 
+def step_seconds(ctx, global_batch: int, steps: int, warmup: int,
+                 sync: bool = True, blocks: int = 3) -> float:
+    """Return seconds per step of training small_cnn on this rank's share of a batch.
+
+    With several ranks and ``sync`` the model is wrapped in DDP (gradients
+    all-reduced every step); ``sync=False`` trains unwrapped copies side by side: the
+    compute of a step on this machine with every rank busy, and no communication.
+    After ``warmup`` steps, ``blocks`` blocks of ``steps`` steps are timed, each from a
+    barrier to a barrier (done when the slowest rank is done); the fastest block
+    counts, since other programs on the machine only ever slow a block down.
+    """
+    per_rank = global_batch // ctx.world_size
+    split = data.DeviceData.mnist(train=True, device=ctx.device,
+                                  limit=per_rank * (warmup + blocks * steps))
+    batches = iter(split.batches(per_rank, generator=torch.Generator().manual_seed(0)))
+    torch.manual_seed(0)
+    model = models.small_cnn().to(ctx.device)
+    if ctx.world_size > 1 and sync:
+        model = _ddp(ctx, model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def run(count: int) -> float:
+        synchronize(ctx.device)
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(count):
+            images, labels = next(batches)
+            optimizer.zero_grad(set_to_none=True)
+            F.cross_entropy(model(images), labels).backward()
+            optimizer.step()
+        synchronize(ctx.device)
+        dist.barrier()
+        return (time.perf_counter() - start) / max(count, 1)
+
+    run(warmup)   # DDP builds its buckets, the allocator warms up
+    return min(run(steps) for _ in range(blocks))
+
+
 def _one_step(ctx, model, optimizer, batches) -> None:
     """One training step, each phase under its own profiler label."""
     with record_function(PHASES[0]):
-        images, labels = next(batches)   # the classic DataLoader: PIL -> tensor per image
+        images, labels = next(batches)   # classic DataLoader: PIL -> tensor, per image
         images, labels = images.to(ctx.device), labels.to(ctx.device)
     with record_function(PHASES[1]):
         loss = F.cross_entropy(model(images), labels)
@@ -102,7 +142,8 @@ def profile_step(ctx, folder: str, steps: int = 2, warmup: int = 3,
     by_name = {row["name"]: row for row in rows}
     return {"rank": ctx.rank, "trace": trace,
             "phases_ms": {p: by_name[p]["total_ms"] for p in PHASES if p in by_name},
-            "allreduce_ms": sum(r["total_ms"] for r in rows if "all_reduce" in r["name"]),
+            "allreduce_ms": sum(r["total_ms"] for r in rows
+                                if "all_reduce" in r["name"]),
             "top": rows[:top]}
 
 

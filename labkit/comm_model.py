@@ -25,7 +25,8 @@ __all__ = ["bus_factor", "AlphaBeta", "fit_alpha_beta", "table", "plot_fit",
 
 def bus_factor(world_size: int) -> float:
     """Return 2(N-1)/N: busbw / algbw for an all-reduce on ``world_size`` ranks."""
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) \
+            or world_size < 1:
         raise ValueError(f"world_size must be a positive integer, got {world_size!r}.")
     return 2 * (world_size - 1) / world_size
 
@@ -48,7 +49,8 @@ class AlphaBeta:
 
     def __str__(self) -> str:
         return (f"alpha = {self.alpha * 1e6:.1f} us, beta = {self.beta / 1e9:.3f} GB/s "
-                f"(latency and bandwidth cost the same at {self.half_bytes / 1e3:.1f} kB)")
+                f"(latency and bandwidth cost the same at "
+                f"{self.half_bytes / 1e3:.1f} kB)")
 
 
 def fit_alpha_beta(times: dict) -> AlphaBeta:
@@ -158,7 +160,8 @@ def ring_seconds(n_bytes: float, world_size: int, link_gbytes_per_s: float,
         raise ValueError(f"link bandwidth must be positive, got {link_gbytes_per_s}.")
     if world_size == 1:
         return 0.0
-    return messages * alpha + n_bytes * bus_factor(world_size) / (link_gbytes_per_s * 1e9)
+    per_rank = n_bytes * bus_factor(world_size)
+    return messages * alpha + per_rank / (link_gbytes_per_s * 1e9)
 
 
 def ddp_step(compute_s: float, allreduce_s: float, world_size: int,

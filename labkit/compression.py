@@ -28,7 +28,7 @@ ONE_BUCKET_MB = 100   # more than any model of this lab: every gradient in one b
 
 
 class ByteCounter:
-    """Count what this rank hands to ``dist.all_reduce`` / ``all_gather`` (bytes, calls).
+    """Count the bytes (and calls) this rank hands to ``all_reduce`` / ``all_gather``.
 
     DDP's hooks call them through the ``torch.distributed`` module, so replacing the
     module's functions inside ``with counter:`` sees every call. ``link_gbytes_per_s``
@@ -132,7 +132,7 @@ def _accuracy(ctx, model, test) -> float:
 
 
 def _run(ctx, model, optimizer, batches, images, labels, counter) -> tuple:
-    """Train on this rank's slice of each global batch; return (bytes, seconds) per step."""
+    """Train on this rank's slice of each global batch; return [(bytes, seconds)]."""
     per_step = []
     for index in batches:
         mine = index[ctx.rank::ctx.world_size]
@@ -157,8 +157,9 @@ def _one(ctx, spec, cfg: CompressionConfig, train_split, test) -> dict:
     model.register_comm_hook(*make_hook(spec, cfg))
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
     images, labels = train_split.images, train_split.labels
-    steps = _run(ctx, model, optimizer, _batches(cfg, len(labels), ctx.world_size,
-                                                 cfg.steps), images, labels, ByteCounter())
+    steps = _run(ctx, model, optimizer,
+                 _batches(cfg, len(labels), ctx.world_size, cfg.steps), images, labels,
+                 ByteCounter())
     accuracy = _accuracy(ctx, module, test)
     slow = _run(ctx, model, optimizer, _batches(cfg, len(labels), ctx.world_size,
                                                 cfg.slow_steps), images, labels,
@@ -184,7 +185,7 @@ def train_variants(ctx, cfg: CompressionConfig, specs) -> list[dict]:
 
 
 def _error_of(fn) -> str:
-    """Call ``fn``; return the first line of what it raised or warned ("" if nothing)."""
+    """Call ``fn``; return the first line of what it raised or warned, or ""."""
     import warnings
 
     with warnings.catch_warnings(record=True) as caught:

@@ -171,7 +171,8 @@ def _stale_sgd(delay, steps, lr, train_split, test_split, batch_size, seed) -> d
         loss = F.cross_entropy(worker(train_split.images[index]),
                                train_split.labels[index])
         loss.backward()
-        with torch.no_grad():   # the server applies the stale gradient to today's weights
+        with torch.no_grad():   # the server applies the stale gradient to today's
+                                # weights
             for param, stale in zip(model.parameters(), worker.parameters()):
                 param -= lr * stale.grad
         history.append(copy.deepcopy(model.state_dict()))

@@ -64,7 +64,8 @@ def test_bus_factor_and_table(capsys):
     with pytest.raises(ValueError, match="positive integer"):
         comm_model.bus_factor(0)
     rows = comm_model.table({1000: 1e-6, 4000: 2e-6}, world_size=4)
-    assert rows[1]["algbw"] == pytest.approx(2.0) and rows[1]["busbw"] == pytest.approx(3.0)
+    assert rows[1]["algbw"] == pytest.approx(2.0)
+    assert rows[1]["busbw"] == pytest.approx(3.0)
     assert "busbw GB/s" in capsys.readouterr().out
 
 
@@ -111,7 +112,8 @@ def test_powersgd_converges_and_compresses():
     """Does PowerSGD rank 2 reach >= 85 % in 200 steps, within 3 points of plain DDP,
     sending far fewer bytes?"""
     cfg = compression.CompressionConfig(steps=200, width=256, limit=6000,
-                                        test_limit=2000, powersgd_start=10, slow_steps=2)
+                                        test_limit=2000, powersgd_start=10,
+                                        slow_steps=2)
     plain, powersgd = _run(compression.train_variants, cfg,
                            ["allreduce", "powersgd-2"])[0]
     assert powersgd["accuracy"] >= 0.85
@@ -136,7 +138,7 @@ def test_hook_pitfalls_give_the_quoted_messages():
     assert seen["averaging period 1"].startswith("UserWarning: When period is 1")
 
 
-# ---------------------------------------------------------------- local SGD and staleness
+# ---------------------------------------------------------------- local SGD, staleness
 
 
 def test_local_sgd_with_period_1_is_ddp(tmp_path, monkeypatch):
@@ -243,15 +245,15 @@ def test_labkit_timing_worker_passes_the_exercise_check(tmp_path, capsys):
 
 # ---------------------------------------------------------------- exercise hints
 
+BARRIER = ("        dist.barrier()" + " " * 19
+           + "# every rank starts the clock together\n")
+WARMUP = ("        for _ in range(warmup):" + " " * 10
+          + "# connections, buffers, NCCL set-up: not timed\n"
+          + "            dist.all_reduce(tensor)\n")
 TIMING_MISTAKES = [
-    ([("        dist.barrier()                   # every rank starts the clock together\n",
-       "")], "no dist.barrier"),
-    ([("        for _ in range(warmup):          # connections, buffers, NCCL set-up: not "
-       "timed\n            dist.all_reduce(tensor)\n        dist.barrier()",
-       "        dist.barrier()\n        for _ in range(warmup):\n"
-       "            dist.all_reduce(tensor)")], "comes before the warm-up"),
-    ([("        for _ in range(warmup):          # connections, buffers, NCCL set-up: not "
-       "timed\n            dist.all_reduce(tensor)\n", "")], "warm up first"),
+    ([(BARRIER, "")], "no dist.barrier"),
+    ([(WARMUP + BARRIER, BARRIER + WARMUP)], "comes before the warm-up"),
+    ([(WARMUP, "")], "warm up first"),
     ([("statistics.median(samples)", "statistics.mean(samples)")], "that is the mean"),
     ([("statistics.median(samples)", "sum(samples)")], "not the total"),
     ([("statistics.median(samples)", "1000 * statistics.median(samples)")],
@@ -275,7 +277,7 @@ HOOK_MISTAKES = [
       ("buffer.copy_(fut.value()[0])", "buffer.copy_(fut.value()[0] / world_size)")],
      "inf or nan came back"),
     ([("return fut.then(decompress)", "return fut")], "your future holds a list"),
-    ([("        buffer.copy_(fut.value()[0])                      # back into the bucket, "
+    ([("        buffer.copy_(fut.value()[0])" + " " * 22 + "# back into the bucket, "
        "as float32\n        return buffer", "        return fut.value()[0]")],
      "Cast back to the bucket's dtype"),
     ([("buffer.copy_(fut.value()[0])", "fut.value()[0]")], "different gradients"),
@@ -315,3 +317,11 @@ def test_local_sgd_mistakes_get_their_hint(tmp_path, replace, hint):
     path = write_program(tmp_path, NOTEBOOK, "local_sgd_worker.py", replace)
     with pytest.raises(ExerciseFailed, match=re.escape(hint)):
         checks.local_sgd_worker(path)
+
+
+def test_step_seconds_with_and_without_communication():
+    """Do DDP steps and silent side-by-side steps both come back, equal on the ranks?"""
+    for sync in (True, False):
+        ranks = _run(bottleneck.step_seconds, 64, 2, 1, sync, 2)
+        assert len(set(ranks)) == 1 or max(ranks) - min(ranks) < 0.05
+        assert 0 < ranks[0] < 5

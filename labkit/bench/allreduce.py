@@ -26,7 +26,7 @@ def _synchronize(device) -> None:
 
 
 def time_allreduce(ctx, sizes, iters: int = 10, warmup: int = 3) -> dict:
-    """Return ``{n_bytes: median seconds}`` of all-reducing float32 tensors of each size.
+    """Return ``{n_bytes: median seconds}`` of all-reducing a float32 tensor per size.
 
     For each size: ``warmup`` untimed calls (connections, buffers, NCCL's first-call
     set-up), a barrier so every rank starts the clock together, then ``iters`` timed

@@ -32,7 +32,8 @@ def compression_benchmark(steps: int = 300, width: int = 512,
     for r in results:
         print(f"{r['name']:<12}{r['bytes_per_step']:>12,}"
               f"{plain['bytes_per_step'] / r['bytes_per_step']:>7.0f}x"
-              f"{r['ms_per_step']:>9.1f}{r['slow_link_ms']:>13.1f}{r['accuracy']:>10.2%}")
+              f"{r['ms_per_step']:>9.1f}{r['slow_link_ms']:>13.1f}"
+              f"{r['accuracy']:>10.2%}")
     powersgd = next(r for r in results if r["name"] == "powersgd-1")
     ratio = plain["bytes_per_step"] / powersgd["bytes_per_step"]
     print(f"powersgd accuracy vs plain all-reduce: "

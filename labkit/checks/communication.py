@@ -4,7 +4,8 @@ compression hook, and local SGD's parameter averaging.
 Each check launches the learner's module on 2 gloo ranks through a rank-side harness
 that spies on ``dist.all_reduce`` / ``dist.barrier`` / ``dist.broadcast`` (and, for
 the timing worker, makes one call slow on purpose), so that the hint can name the
-classic mistake rather than only say "wrong".
+classic mistake rather than only say "wrong". Over the 300-line budget, like lab 03's
+checks: each exercise's harness sits next to its check.
 """
 
 import importlib
@@ -106,8 +107,8 @@ def _timing_hint_sizes(name, times, calls: dict, sizes) -> None:
     if sorted(calls) != sorted(sizes):
         quadruple = sorted(calls) == sorted(4 * n for n in sizes)
         raise ExerciseFailed(
-            f"{name}: the tensors you all-reduced held {sorted(calls)} bytes, the sizes "
-            f"asked for were {list(sizes)} bytes. " + (
+            f"{name}: the tensors you all-reduced held {sorted(calls)} bytes, the "
+            f"sizes asked for were {list(sizes)} bytes. " + (
                 "Sizes are in bytes and a float32 holds 4: make the tensor "
                 "torch.ones(n_bytes // 4)." if quadruple else
                 "Make one float32 tensor of n_bytes // 4 elements per size."))
@@ -191,8 +192,8 @@ def allreduce_timing(path="allreduce_timing.py", sizes=(4, 1024, 65536, 2**20),
         except ExerciseFailed as err:
             raise ExerciseFailed(f"rank {rank}: {err}") from None
     passed(name, f"warm-up, barrier, {iters} timed calls and their median for "
-                 f"{len(sizes)} sizes on both ranks; one {HICCUP_S * 1e3:.0f} ms hiccup "
-                 "ignored, as a median should.")
+                 f"{len(sizes)} sizes on both ranks; one {HICCUP_S * 1e3:.0f} ms "
+                 "hiccup ignored, as a median should.")
 
 
 # ---------------------------------------------------------------- exercise 6.2
@@ -268,9 +269,8 @@ def _explain_hook_crash(text: str) -> str | None:
     return None
 
 
-def _hook_hint(name, case, results) -> None:
-    """Name the mistake behind one case's results (both ranks)."""
-    dtype, large = case
+def _hook_contract(name, dtype, results) -> None:
+    """Fail if a hook broke the contract: one tensor, the bucket dtype, compressed."""
     for rank, r in enumerate(results):
         facts, where = r["facts"], f"{name} ({dtype}, rank {rank})"
         if facts.get("value") == "list":
@@ -292,6 +292,10 @@ def _hook_hint(name, case, results) -> None:
                 f"{where}: your all-reduce sent {facts['sent'] or 'nothing'}, not "
                 f"{dtype}: all-reduce the compressed copy (buffer.to(dtype)), or "
                 "nothing is saved.")
+
+
+def _hook_values(name, dtype, large, results) -> None:
+    """Fail unless the hook's gradients are plain DDP's average, to the tolerance."""
     got0, got1 = results[0]["got"], results[1]["got"]
     if first_difference(got0, got1, 0.0) is not None:
         raise ExerciseFailed(
@@ -309,9 +313,9 @@ def _hook_hint(name, case, results) -> None:
         g.abs().sum() for g in want.values())
     if abs(ratio - 2.0) < 0.1:
         raise ExerciseFailed(
-            f"{name} ({dtype}): your gradients are {ratio:.2f}x plain DDP's: all_reduce "
-            "sums, and the hook must average: divide by dist.get_world_size() (before "
-            "the all-reduce, in the compressed copy).")
+            f"{name} ({dtype}): your gradients are {ratio:.2f}x plain DDP's: "
+            "all_reduce sums, and the hook must average: divide by "
+            "dist.get_world_size() (before the all-reduce, in the compressed copy).")
     tolerance = HOOK_TOLERANCE[dtype]
     for key, g in want.items():
         gap = (got0[key].double() - g.double()).abs().max().item()
@@ -332,8 +336,10 @@ def cast_hook(path="cast_hook.py") -> None:
                            explain=_explain_hook_crash,
                            hang_hint="Does the hook call dist.all_reduce on every "
                                      "rank, once per bucket?")
-    for i, case in enumerate(cases):
-        _hook_hint(name, case, [rank[i] for rank in ranks])
+    for i, (dtype, large) in enumerate(cases):
+        results = [rank[i] for rank in ranks]
+        _hook_contract(name, dtype, results)
+        _hook_values(name, dtype, large, results)
     passed(name, "within " + ", ".join(f"{t:g} ({d})" for d, t in
                                       HOOK_TOLERANCE.items())
            + " of plain DDP on both ranks, half the bytes, and no fp16 overflow near "
@@ -378,7 +384,8 @@ def _local_sgd_hint(name, cfg, ranks) -> None:
     if r["bytes"] != rounds * r["param_bytes"]:
         raise ExerciseFailed(
             f"{case}: {r['bytes']:,} bytes all-reduced, expected {rounds} rounds x "
-            f"{r['param_bytes']:,} bytes of parameters (each parameter once per round).")
+            f"{r['param_bytes']:,} bytes of parameters (each parameter once per "
+            "round).")
     if r["rounds"] != rounds:
         raise ExerciseFailed(f"{case}: train returned rounds={r['rounds']}, expected "
                              f"{rounds}: count each averaging round.")
