@@ -8,8 +8,8 @@ expected, what came back and which classic mistake explains it.
 
     environment     lab 00      model_parallel    lab 04
     single_device   lab 01      pipeline          lab 05
-    data_parallel   lab 02
-    ddp             lab 03      communication     lab 06
+    data_parallel   lab 02      communication     lab 06
+    ddp             lab 03
 
 ``_core`` holds what every check shares; ``_programs`` what the checks of program
 exercises (``%%writefile`` modules launched on ranks) share.
