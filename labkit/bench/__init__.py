@@ -19,6 +19,10 @@ BENCHMARKS = {
             "2 DDP ranks vs the no-communication ceiling (labs 03, 06)"),
     "pipeline": ("pipeline_bubble", "bubble_benchmark",
                  "GPipe's measured bubble vs (p-1)/(m+p-1) (lab 05)"),
+    "allreduce": ("allreduce", "allreduce",
+                  "all-reduce time, algbw, busbw 4 B-64 MiB, alpha-beta fit (lab 06)"),
+    "compression": ("compression", "compression_benchmark",
+                    "DDP comm hooks: bytes, step time, accuracy (lab 06)"),
 }
 
 

@@ -1,0 +1,256 @@
+"""Find the bottleneck of a DDP step: a torch.profiler trace (data loading, compute,
+all-reduce), a deliberately slow rank, and per-GPU utilisation on GPU machines.
+
+Taught in: lab 06 section 5 (the article's "one GPU busy, the others idle"). The
+workers return plain numbers and a trace path; the notebook prints and draws.
+"""
+
+import os
+import shutil
+import sys
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from labkit import data, models
+from labkit.train import synchronize
+
+__all__ = ["PHASES", "step_seconds", "profile_step", "straggler", "draw_straggler",
+           "GpuMonitor"]
+
+PHASES = ("data loading", "forward", "backward + all-reduce", "optimizer")
+
+
+def _ddp(ctx, module):
+    module = module.to(ctx.device)
+    return DDP(module, device_ids=[ctx.device] if ctx.device.type == "cuda" else None)
+
+
+def step_seconds(ctx, global_batch: int, steps: int, warmup: int,
+                 sync: bool = True, blocks: int = 3) -> float:
+    """Return seconds per step of training small_cnn on this rank's share of a batch.
+
+    With several ranks and ``sync`` the model is wrapped in DDP (gradients
+    all-reduced every step); ``sync=False`` trains unwrapped copies side by side: the
+    compute of a step on this machine with every rank busy, and no communication.
+    After ``warmup`` steps, ``blocks`` blocks of ``steps`` steps are timed, each from a
+    barrier to a barrier (done when the slowest rank is done); the fastest block
+    counts, since other programs on the machine only ever slow a block down.
+    """
+    per_rank = global_batch // ctx.world_size
+    split = data.DeviceData.mnist(train=True, device=ctx.device,
+                                  limit=per_rank * (warmup + blocks * steps))
+    batches = iter(split.batches(per_rank, generator=torch.Generator().manual_seed(0)))
+    torch.manual_seed(0)
+    model = models.small_cnn().to(ctx.device)
+    if ctx.world_size > 1 and sync:
+        model = _ddp(ctx, model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def run(count: int) -> float:
+        synchronize(ctx.device)
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(count):
+            images, labels = next(batches)
+            optimizer.zero_grad(set_to_none=True)
+            F.cross_entropy(model(images), labels).backward()
+            optimizer.step()
+        synchronize(ctx.device)
+        dist.barrier()
+        return (time.perf_counter() - start) / max(count, 1)
+
+    run(warmup)   # DDP builds its buckets, the allocator warms up
+    return min(run(steps) for _ in range(blocks))
+
+
+def _one_step(ctx, model, optimizer, batches) -> None:
+    """One training step, each phase under its own profiler label."""
+    with record_function(PHASES[0]):
+        images, labels = next(batches)   # classic DataLoader: PIL -> tensor, per image
+        images, labels = images.to(ctx.device), labels.to(ctx.device)
+    with record_function(PHASES[1]):
+        loss = F.cross_entropy(model(images), labels)
+    with record_function(PHASES[2]):
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()   # DDP all-reduces the gradients in here
+    with record_function(PHASES[3]):
+        optimizer.step()
+    synchronize(ctx.device)
+
+
+def _rows(prof, steps: int, top: int) -> list[dict]:
+    """The profiler's key averages as plain rows (ms per step), largest total first."""
+    rows = [{"name": e.key, "calls": e.count // steps,
+             "total_ms": e.cpu_time_total / 1e3 / steps,
+             "self_ms": e.self_cpu_time_total / 1e3 / steps}
+            for e in prof.key_averages()]
+    return sorted(rows, key=lambda r: -r["total_ms"])[:top]
+
+
+@contextmanager
+def _quiet_stderr():
+    """Send this process's C-level stderr to /dev/null (kineto's start/stop lines).
+
+    Python exceptions still propagate; only the native log lines are dropped.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "w") as devnull:
+        os.dup2(devnull.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def profile_step(ctx, folder: str, steps: int = 2, warmup: int = 3,
+                 batch_per_rank: int = 64, top: int = 12) -> dict:
+    """Profile ``steps`` DDP steps of small_cnn fed by the classic DataLoader.
+
+    Writes a Chrome trace per rank into ``folder`` (open it in https://ui.perfetto.dev
+    or chrome://tracing). Returns ms per step for each phase, for the all-reduce
+    events, and the top rows of the profiler's table.
+    """
+    loader = data.dataloader(train=True, batch_size=batch_per_rank, num_workers=0,
+                             limit=batch_per_rank * (steps + warmup))
+    batches = iter(loader)
+    torch.manual_seed(0)
+    model = _ddp(ctx, models.small_cnn())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(warmup):   # DDP builds its buckets, the allocator warms up
+        _one_step(ctx, model, optimizer, batches)
+    activities = [ProfilerActivity.CPU]
+    if ctx.device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    trace = str(Path(folder) / f"ddp_step_rank{ctx.rank}.json")
+    with _quiet_stderr():   # kineto logs its start, stop (and "no GPU") on stderr
+        with profile(activities=activities) as prof:
+            for _ in range(steps):
+                _one_step(ctx, model, optimizer, batches)
+        prof.export_chrome_trace(trace)
+    rows = _rows(prof, steps, top=10**6)
+    by_name = {row["name"]: row for row in rows}
+    return {"rank": ctx.rank, "trace": trace,
+            "phases_ms": {p: by_name[p]["total_ms"] for p in PHASES if p in by_name},
+            "allreduce_ms": sum(r["total_ms"] for r in rows
+                                if "all_reduce" in r["name"]),
+            "top": rows[:top]}
+
+
+def straggler(ctx, steps: int = 10, extra_s: float = 0.0, slow_rank: int = 1) -> dict:
+    """Train a few DDP steps; ``slow_rank`` does ``extra_s`` of extra work each step.
+
+    The extra work is a sleep before the forward pass (a rank whose data arrives late,
+    or whose GPU is slower). For each step, this rank's timings in ms: ``compute``
+    (step start until its gradients are ready), ``wait`` (gradients ready until the
+    all-reduce is done: waiting for the slowest rank plus the transfer) and ``step``.
+    """
+    torch.manual_seed(0)
+    model = _ddp(ctx, models.small_cnn())   # 0.1 M parameters: one bucket
+    marks: list = []
+
+    def timed_allreduce(state, bucket):
+        marks.append(time.perf_counter())   # the bucket is ready: compute is done
+        return default_hooks.allreduce_hook(state, bucket).then(
+            lambda fut: (marks.append(time.perf_counter()), fut.value()[0])[1])
+
+    model.register_comm_hook(None, timed_allreduce)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    images, labels = data.random_batch(64, ctx.rank, ctx.device)
+    timings = []
+    for _ in range(steps + 2):   # the first 2 steps warm up (buckets are rebuilt)
+        marks.clear()
+        start = time.perf_counter()
+        if ctx.rank == slow_rank and extra_s:
+            time.sleep(extra_s)   # the extra work only this rank does
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(model(images), labels).backward()
+        optimizer.step()
+        synchronize(ctx.device)
+        end = time.perf_counter()
+        ready, done = marks[0], marks[-1]
+        timings.append({"compute": 1e3 * (ready - start), "wait": 1e3 * (done - ready),
+                        "step": 1e3 * (end - start)})
+    return {"rank": ctx.rank, "steps": timings[2:]}
+
+
+def _median(values) -> float:
+    values = sorted(values)
+    return values[len(values) // 2]
+
+
+def draw_straggler(runs: dict, ax=None):
+    """Draw each rank's median compute and wait per step, for each named run.
+
+    ``runs`` maps a title ("balanced", "rank 1 slowed") to the list of rank results
+    of ``straggler``. Returns the Axes.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 1 + 0.5 * sum(len(r) for r in runs.values())))
+    labels, row = [], 0
+    for title, ranks in runs.items():
+        for result in ranks:
+            compute = _median(s["compute"] for s in result["steps"])
+            wait = _median(s["wait"] for s in result["steps"])
+            ax.barh(row, compute, color="#4c72b0")
+            ax.barh(row, wait, left=compute, color="#c44e52")
+            labels.append(f"{title}: rank {result['rank']}")
+            row += 1
+    ax.set_yticks(range(row), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms per step (median)")
+    ax.legend(["compute (incl. extra work)", "waiting in the all-reduce"], fontsize=8,
+              loc="lower right")
+    return ax
+
+
+class GpuMonitor:
+    """Sample per-GPU utilisation with nvidia-smi while a ``with`` block runs.
+
+    ``samples`` maps a GPU index to its utilisation samples (%). Without nvidia-smi
+    (no NVIDIA GPU) it samples nothing and ``available`` is False: it says so.
+    """
+
+    QUERY = ["--query-gpu=index,utilization.gpu,memory.used",
+             "--format=csv,noheader,nounits", "-lms", "200"]
+
+    def __init__(self):
+        self.available = shutil.which("nvidia-smi") is not None
+        self.samples: dict = {}
+        self._process = None
+
+    def __enter__(self):
+        if self.available:
+            self._process = subprocess.Popen(["nvidia-smi", *self.QUERY],
+                                             stdout=subprocess.PIPE, text=True)
+        return self
+
+    def __exit__(self, *exc):
+        if self._process is None:
+            return
+        self._process.terminate()
+        out, _ = self._process.communicate(timeout=10)
+        for line in out.splitlines():
+            index, util, _memory = (field.strip() for field in line.split(","))
+            self.samples.setdefault(int(index), []).append(float(util))
+
+    def report(self) -> str:
+        """One line per GPU: mean and peak utilisation over the samples."""
+        if not self.available:
+            return ("No nvidia-smi here (no NVIDIA GPU): per-GPU utilisation is "
+                    "measured on GPU machines only.")
+        return "\n".join(
+            f"GPU {index}: mean {sum(u) / len(u):.0f} %, peak {max(u):.0f} % "
+            f"({len(u)} samples)" for index, u in sorted(self.samples.items()))

@@ -1,0 +1,422 @@
+"""Checks for lab 06 (communication): the all-reduce timing worker, a gradient
+compression hook, and local SGD's parameter averaging.
+
+Each check launches the learner's module on 2 gloo ranks through a rank-side harness
+that spies on ``dist.all_reduce`` / ``dist.barrier`` / ``dist.broadcast`` (and, for
+the timing worker, makes one call slow on purpose), so that the hint can name the
+classic mistake rather than only say "wrong". Over the 300-line budget, like lab 03's
+checks: each exercise's harness sits next to its check.
+"""
+
+import importlib
+import math
+import statistics
+import time
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from labkit import data, local_sgd, models
+from labkit.checks._core import ExerciseFailed, passed
+from labkit.checks._programs import first_difference, launch_program, load_program
+
+__all__ = ["allreduce_timing", "cast_hook", "local_sgd_worker", "HOOK_TOLERANCE",
+           "spied_timing", "spied_hook", "spied_local_sgd"]
+
+HICCUP_S = 0.5   # the one slow all-reduce the timing check injects on rank 0
+# Hook vs plain DDP, per tensor: max |difference| <= tolerance x max |plain gradient|.
+# fp16 keeps 11 significant bits, bf16 8: a cast, a sum and a cast back stay inside.
+HOOK_TOLERANCE = {"float16": 2e-3, "bfloat16": 1e-2}
+LARGE_GRADIENT = 4e4   # fp16's largest value is 65504: a sum of two of these is inf
+
+
+@contextmanager
+def _spy(events: list, hiccup=None):
+    """Record every all_reduce (bytes, start, end), barrier and broadcast in ``events``.
+
+    ``hiccup(n_bytes, index)`` may return seconds to sleep before that call.
+    """
+    saved = dist.all_reduce, dist.barrier, dist.broadcast
+    all_reduce, barrier, broadcast = saved
+
+    def spied_all_reduce(tensor, *args, **kwargs):
+        n_bytes = tensor.numel() * tensor.element_size()
+        index = sum(1 for e in events if e[0] == "all_reduce" and e[1] == n_bytes)
+        start = time.perf_counter()
+        if hiccup is not None:
+            time.sleep(hiccup(n_bytes, index))
+        work = all_reduce(tensor, *args, **kwargs)
+        events.append(("all_reduce", n_bytes, start, time.perf_counter(),
+                       str(tensor.dtype).removeprefix("torch.")))
+        return work
+
+    def spied_barrier(*args, **kwargs):
+        events.append(("barrier", 0, time.perf_counter(), 0.0, ""))
+        return barrier(*args, **kwargs)
+
+    def spied_broadcast(tensor, *args, **kwargs):
+        events.append(("broadcast", tensor.numel() * tensor.element_size(), 0.0, 0.0,
+                       ""))
+        return broadcast(tensor, *args, **kwargs)
+
+    dist.all_reduce, dist.barrier, dist.broadcast = (spied_all_reduce, spied_barrier,
+                                                     spied_broadcast)
+    try:
+        yield
+    finally:
+        dist.all_reduce, dist.barrier, dist.broadcast = saved
+
+
+# ---------------------------------------------------------------- exercise 6.1
+
+
+def spied_timing(ctx, module: str, sizes, iters: int, warmup: int) -> dict:
+    """Rank worker: run the learner's ``time_allreduce`` with the spies in place.
+
+    On rank 0 the last all-reduce of the first size sleeps ``HICCUP_S`` first: a
+    hiccup that the median ignores and the mean does not.
+    """
+    events: list = []
+    first: list = []
+
+    def hiccup(n_bytes, index):
+        if not first:
+            first.append(n_bytes)   # the first size the learner all-reduces
+        last = index == warmup + iters - 1
+        return HICCUP_S if ctx.rank == 0 and n_bytes == first[0] and last else 0.0
+
+    learner = importlib.import_module(module)
+    with _spy(events, hiccup):
+        times = learner.time_allreduce(ctx, list(sizes), iters, warmup)
+    return {"times": times, "events": events}
+
+
+def _timing_hint_sizes(name, times, calls: dict, sizes) -> None:
+    """Fail unless every size came back, and the tensors had those sizes."""
+    if not isinstance(times, dict) or sorted(times) != sorted(sizes):
+        got = sorted(times) if isinstance(times, dict) else type(times).__name__
+        raise ExerciseFailed(f"{name}: return {{n_bytes: seconds}} with one entry per "
+                             f"size in `sizes` ({list(sizes)}); got {got}.")
+    bad = [v for v in times.values() if not isinstance(v, (int, float)) or v <= 0]
+    if bad:
+        raise ExerciseFailed(f"{name}: every time must be a positive number of "
+                             f"seconds (a float), got {bad[0]!r}.")
+    if sorted(calls) != sorted(sizes):
+        quadruple = sorted(calls) == sorted(4 * n for n in sizes)
+        raise ExerciseFailed(
+            f"{name}: the tensors you all-reduced held {sorted(calls)} bytes, the "
+            f"sizes asked for were {list(sizes)} bytes. " + (
+                "Sizes are in bytes and a float32 holds 4: make the tensor "
+                "torch.ones(n_bytes // 4)." if quadruple else
+                "Make one float32 tensor of n_bytes // 4 elements per size."))
+
+
+def _timing_hint_calls(name, calls: dict, barriers: list, iters, warmup) -> None:
+    """Fail unless each size had warm-up + timed calls and a barrier in between."""
+    for n_bytes, starts in sorted(calls.items()):
+        if len(starts) == iters:
+            raise ExerciseFailed(
+                f"{name}: {n_bytes} B was all-reduced {iters} times, all timed: warm "
+                f"up first ({warmup} untimed calls). The first calls pay for "
+                "connections and buffers (on GPUs, NCCL's set-up) and are not the "
+                "steady state nccl-tests reports.")
+        if len(starts) != iters + warmup:
+            raise ExerciseFailed(
+                f"{name}: {n_bytes} B was all-reduced {len(starts)} times; expected "
+                f"{warmup} warm-up + {iters} timed = {warmup + iters} calls per size.")
+        if not any(starts[0] < t < starts[-1] for t in barriers):
+            where = ("" if not barriers else
+                     " (yours comes before the warm-up: after it, the ranks can be "
+                     "out of step again)")
+            raise ExerciseFailed(
+                f"{name}: no dist.barrier() between the warm-up and the timed calls of "
+                f"{n_bytes} B{where}. Without it one rank starts its clock while the "
+                "other is still busy, and the first timed call includes that wait.")
+
+
+def _timing_hint_values(name, times, calls: dict, spans: dict, iters) -> None:
+    """Compare each returned time with the spied durations of the timed calls."""
+    hiccup_size = min(calls, key=lambda n: calls[n][0])   # the first size timed
+    for n_bytes, seconds in sorted(times.items()):
+        typical = statistics.median(spans[n_bytes][-iters:-1] or spans[n_bytes])
+        ratio = seconds / typical
+        if n_bytes != hiccup_size and 200 < ratio < 5000:
+            raise ExerciseFailed(f"{name}: {n_bytes} B took {typical * 1e3:.3f} ms per "
+                                 f"call but you returned {seconds!r}: return seconds, "
+                                 "not milliseconds.")
+        if n_bytes != hiccup_size and ratio > 0.4 * iters:
+            raise ExerciseFailed(
+                f"{name}: for {n_bytes} B you returned {seconds * 1e3:.3f} ms, about "
+                f"{ratio:.0f} calls' worth ({typical * 1e3:.3f} ms each): time each "
+                "iteration on its own and return the median, not the total.")
+        if n_bytes != hiccup_size and ratio < 0.2:
+            raise ExerciseFailed(
+                f"{name}: for {n_bytes} B you returned {seconds * 1e6:.1f} us, less "
+                f"than one call takes ({typical * 1e6:.1f} us): stop the clock after "
+                "dist.all_reduce returns (on GPUs, after torch.cuda.synchronize()).")
+    typical = statistics.median(spans[hiccup_size][-iters:-1])
+    if times[hiccup_size] - typical > HICCUP_S / iters / 2:
+        raise ExerciseFailed(
+            f"{name}: the check made ONE of the {iters} timed calls of {hiccup_size} B "
+            f"{HICCUP_S * 1e3:.0f} ms slow (a hiccup: another process, a page fault). "
+            f"You returned {times[hiccup_size] * 1e3:.1f} ms: that is the mean (or the "
+            "max), which one hiccup moves. Return statistics.median of the per-"
+            "iteration times: it ignores a few outliers.")
+
+
+def allreduce_timing(path="allreduce_timing.py", sizes=(4, 1024, 65536, 2**20),
+                     iters: int = 10, warmup: int = 3) -> None:
+    """Check the learner's ``time_allreduce(ctx, sizes, iters, warmup)`` on 2 ranks."""
+    name = "time_allreduce"
+    module = load_program(path)
+    ranks = launch_program(
+        name, spied_timing, 2, args=(module.__name__, tuple(sizes), iters, warmup),
+        module=module.__name__, timeout=60,
+        hang_hint="Does every rank call the same all-reduces and barriers (no `if "
+                  "ctx.rank == 0:` around a collective)?")
+    for rank, result in enumerate(ranks):
+        events = result["events"]
+        calls, spans = {}, {}
+        for kind, n_bytes, start, end, _ in events:
+            if kind == "all_reduce":
+                calls.setdefault(n_bytes, []).append(start)
+                spans.setdefault(n_bytes, []).append(end - start)
+        barriers = [start for kind, _, start, *_ in events if kind == "barrier"]
+        try:
+            _timing_hint_sizes(name, result["times"], calls, sizes)
+            _timing_hint_calls(name, calls, barriers, iters, warmup)
+            _timing_hint_values(name, result["times"], calls, spans, iters)
+        except ExerciseFailed as err:
+            raise ExerciseFailed(f"rank {rank}: {err}") from None
+    passed(name, f"warm-up, barrier, {iters} timed calls and their median for "
+                 f"{len(sizes)} sizes on both ranks; one {HICCUP_S * 1e3:.0f} ms "
+                 "hiccup ignored, as a median should.")
+
+
+# ---------------------------------------------------------------- exercise 6.2
+
+
+class _CheckStop(RuntimeError):
+    """Raised inside a rank when the learner's hook broke DDP's contract."""
+
+
+def _wrap_hook(learner_hook, facts: dict):
+    """Call the learner's hook; note what its future holds; keep DDP going."""
+    def hook(state, bucket):
+        fut = learner_hook(state, bucket)
+        if not isinstance(fut, torch._C.Future):   # what get_future() returns
+            raise _CheckStop(f"labkit check: the hook returned {type(fut).__name__}, "
+                             "not a torch.futures.Future")
+
+        def look(done):
+            value = done.value()
+            if isinstance(value, (list, tuple)):
+                facts["value"] = "list"
+                value = value[0]   # what DDP cannot take: note it, carry on
+            else:
+                facts["value"] = str(value.dtype).removeprefix("torch.")
+            return value
+        return fut.then(look)
+    return hook
+
+
+def _grads(model, images, labels, scale: float) -> dict:
+    model.zero_grad(set_to_none=True)
+    (F.cross_entropy(model(images), labels) * scale).backward()
+    return {n: p.grad.detach().clone() for n, p in model.module.named_parameters()}
+
+
+def _hook_case(ctx, hook_fn, dtype: str, large: bool) -> dict:
+    """One step of plain DDP and of DDP with the learner's hook, same model and data.
+
+    ``large``: the same batch on both ranks, the loss scaled so that the largest
+    gradient is ``LARGE_GRADIENT``: summing before dividing overflows fp16.
+    """
+    images, labels = data.random_batch(16, 0 if large else ctx.rank + 1)
+    torch.manual_seed(0)
+    plain = DDP(models.deep_mlp(num_layers=3, width=64))
+    scale = 1.0
+    if large:
+        scale = LARGE_GRADIENT / max(g.abs().max().item() for g in
+                                     _grads(plain, images, labels, 1.0).values())
+    want = _grads(plain, images, labels, scale)
+    torch.manual_seed(0)
+    hooked = DDP(models.deep_mlp(num_layers=3, width=64))
+    facts: dict = {}
+    hooked.register_comm_hook(getattr(torch, dtype), _wrap_hook(hook_fn, facts))
+    events: list = []
+    with _spy(events):
+        got = _grads(hooked, images, labels, scale)
+    facts["sent"] = sorted({e[4] for e in events if e[0] == "all_reduce"})
+    return {"want": want, "got": got, "facts": facts}
+
+
+def spied_hook(ctx, module: str, cases) -> list:
+    """Rank worker: run every (dtype, large) case with the learner's ``cast_hook``."""
+    hook_fn = getattr(importlib.import_module(module), "cast_hook")
+    return [_hook_case(ctx, hook_fn, dtype, large) for dtype, large in cases]
+
+
+def _explain_hook_crash(text: str) -> str | None:
+    if "not a torch.futures.Future" in text:
+        return ("A DDP hook must return a Future: `return fut.then(decompress)`, where "
+                "fut = dist.all_reduce(compressed, async_op=True).get_future(). "
+                "(Returning None crashes the rank; returning a tensor raises "
+                "'must return a torch.futures.Future object'.)")
+    return None
+
+
+def _hook_contract(name, dtype, results) -> None:
+    """Fail if a hook broke the contract: one tensor, the bucket dtype, compressed."""
+    for rank, r in enumerate(results):
+        facts, where = r["facts"], f"{name} ({dtype}, rank {rank})"
+        if facts.get("value") == "list":
+            raise ExerciseFailed(
+                f"{where}: your future holds a list: that is the future of the "
+                "all-reduce work itself (its value is [tensor]). DDP wants one tensor: "
+                "chain .then(decompress) and return the tensor from there. Unchecked, "
+                "DDP fails with 'INTERNAL ASSERT FAILED ... expected the hook result "
+                "is a PyObject'.")
+        if facts.get("value") != "float32":
+            raise ExerciseFailed(
+                f"{where}: your future holds a {facts.get('value')} tensor. Cast back "
+                "to the bucket's dtype: copy the result into bucket.buffer() (copy_ "
+                "casts) and return the buffer. DDP happens to cast when it copies "
+                "into .grad, but the hook's contract is the bucket's new value, and "
+                "decompressing in place is what keeps the memory peak down.")
+        if dtype not in facts["sent"]:
+            raise ExerciseFailed(
+                f"{where}: your all-reduce sent {facts['sent'] or 'nothing'}, not "
+                f"{dtype}: all-reduce the compressed copy (buffer.to(dtype)), or "
+                "nothing is saved.")
+
+
+def _hook_values(name, dtype, large, results) -> None:
+    """Fail unless the hook's gradients are plain DDP's average, to the tolerance."""
+    got0, got1 = results[0]["got"], results[1]["got"]
+    if first_difference(got0, got1, 0.0) is not None:
+        raise ExerciseFailed(
+            f"{name} ({dtype}): the two ranks ended with different gradients: you "
+            "returned this rank's own buffer instead of the averaged values. Copy the "
+            "all-reduced tensor into bucket.buffer() before returning it.")
+    want = results[0]["want"]
+    if large and not all(torch.isfinite(g).all() for g in got0.values()):
+        raise ExerciseFailed(
+            f"{name} (float16, gradients near {LARGE_GRADIENT:g}): inf or nan came "
+            "back. float16 stops at 65504: divide by the world size BEFORE the "
+            "all-reduce, so the sum stays in range (that is what the built-in "
+            "fp16_compress_hook does).")
+    ratio = sum(g.abs().sum() for g in got0.values()) / sum(
+        g.abs().sum() for g in want.values())
+    if abs(ratio - 2.0) < 0.1:
+        raise ExerciseFailed(
+            f"{name} ({dtype}): your gradients are {ratio:.2f}x plain DDP's: "
+            "all_reduce sums, and the hook must average: divide by "
+            "dist.get_world_size() (before the all-reduce, in the compressed copy).")
+    tolerance = HOOK_TOLERANCE[dtype]
+    for key, g in want.items():
+        gap = (got0[key].double() - g.double()).abs().max().item()
+        if gap > tolerance * g.abs().max().item():
+            raise ExerciseFailed(
+                f"{name} ({dtype}): {key} differs from plain DDP by {gap:.2e}, more "
+                f"than {tolerance:g} x its largest gradient. Divide by the world size, "
+                f"cast to {dtype}, all-reduce, cast back.")
+
+
+def cast_hook(path="cast_hook.py") -> None:
+    """Check the learner's ``cast_hook(dtype, bucket)`` against plain DDP on 2 ranks."""
+    name = "cast_hook"
+    module = load_program(path)
+    cases = (("float16", False), ("bfloat16", False), ("float16", True))
+    ranks = launch_program(name, spied_hook, 2, args=(module.__name__, cases),
+                           module=module.__name__, timeout=60,
+                           explain=_explain_hook_crash,
+                           hang_hint="Does the hook call dist.all_reduce on every "
+                                     "rank, once per bucket?")
+    for i, (dtype, large) in enumerate(cases):
+        results = [rank[i] for rank in ranks]
+        _hook_contract(name, dtype, results)
+        _hook_values(name, dtype, large, results)
+    passed(name, "within " + ", ".join(f"{t:g} ({d})" for d, t in
+                                      HOOK_TOLERANCE.items())
+           + " of plain DDP on both ranks, half the bytes, and no fp16 overflow near "
+           f"{LARGE_GRADIENT:g}.")
+
+
+# ---------------------------------------------------------------- exercise 6.3
+
+
+def spied_local_sgd(ctx, module: str, configs) -> list:
+    """Rank worker: for each config, labkit's local SGD, then the learner's, spied."""
+    return [_local_sgd_case(ctx, module, cfg) for cfg in configs]
+
+
+def _local_sgd_case(ctx, module: str, cfg) -> dict:
+    reference = local_sgd.train(ctx, cfg)
+    learner = importlib.import_module(module)
+    events: list = []
+    with _spy(events):
+        out = learner.train(ctx, cfg)
+    return {"reference": reference["state"], "state": out["state"],
+            "rounds": out["rounds"],
+            "bytes": sum(e[1] for e in events if e[0] == "all_reduce"),
+            "broadcasts": sum(1 for e in events if e[0] == "broadcast"),
+            "param_bytes": sum(t.numel() * t.element_size()
+                               for t in reference["state"].values())}
+
+
+def _local_sgd_hint(name, cfg, ranks) -> None:
+    rounds = cfg.steps // cfg.period
+    r = ranks[0]
+    case = f"{name} (steps={cfg.steps}, period={cfg.period})"
+    if r["bytes"] == 0:
+        raise ExerciseFailed(
+            f"{case}: no parameter was all-reduced" + (
+                ": dist.broadcast copies rank 0's weights, local SGD AVERAGES them "
+                "(all_reduce, then divide by the world size)." if r["broadcasts"] else
+                ": call average_parameters(model) every `period` steps."))
+    if r["bytes"] == cfg.steps * r["param_bytes"]:
+        raise ExerciseFailed(f"{case}: you averaged after every step: only when "
+                             "(step + 1) % cfg.period == 0, or nothing is saved.")
+    if r["bytes"] != rounds * r["param_bytes"]:
+        raise ExerciseFailed(
+            f"{case}: {r['bytes']:,} bytes all-reduced, expected {rounds} rounds x "
+            f"{r['param_bytes']:,} bytes of parameters (each parameter once per "
+            "round).")
+    if r["rounds"] != rounds:
+        raise ExerciseFailed(f"{case}: train returned rounds={r['rounds']}, expected "
+                             f"{rounds}: count each averaging round.")
+    if first_difference(ranks[0]["state"], ranks[1]["state"], 1e-6) is not None:
+        raise ExerciseFailed(
+            f"{case}: after the last step the ranks' parameters differ: average the "
+            "parameters themselves (not .grad), right AFTER optimizer.step(), when "
+            "(step + 1) % cfg.period == 0, so the run ends averaged.")
+    state, want = r["state"], r["reference"]
+    big = max(v.abs().max().item() for v in state.values())
+    if not math.isfinite(big) or big > 4 * max(v.abs().max().item()
+                                               for v in want.values()):
+        raise ExerciseFailed(f"{case}: the parameters grew to {big:.3g}: all_reduce "
+                             "SUMS them; divide by dist.get_world_size() for the mean.")
+    gap = first_difference(want, state, 1e-5)
+    if gap is not None:
+        raise ExerciseFailed(
+            f"{case}: {gap[0]} differs from labkit's local SGD by {gap[1]:.2e}: each "
+            "round, replace every parameter by its mean over the ranks.")
+
+
+def local_sgd_worker(path="local_sgd.py") -> None:
+    """Check the learner's local SGD ``train`` (average every ``period`` steps)."""
+    name = "local_sgd"
+    module = load_program(path)
+    configs = [local_sgd.Config(steps=12, period=period, limit=1024)
+               for period in (4, 3)]
+    ranks = launch_program(name, spied_local_sgd, 2, args=(module.__name__, configs),
+                           module=module.__name__, timeout=60,
+                           hang_hint="Do both ranks average on the same steps?")
+    for i, cfg in enumerate(configs):
+        _local_sgd_hint(name, cfg, [rank[i] for rank in ranks])
+    passed(name, "every `period` steps, one all-reduce of the parameters and a mean; "
+                 "equal to labkit's local SGD to 1e-5 on both ranks.")
