@@ -10,6 +10,7 @@ expected, what came back and which classic mistake explains it.
     single_device   lab 01      pipeline          lab 05
     data_parallel   lab 02
     ddp             lab 03
+    fault_tolerance lab 09
 
 ``_core`` holds what every check shares; ``_programs`` what the checks of program
 exercises (``%%writefile`` modules launched on ranks) share.
