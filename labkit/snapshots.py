@@ -153,8 +153,10 @@ def _stalling_save(obj, f, *args, **kwargs) -> None:
     else:
         f.write(payload[:half])
         f.flush()
-    with open(os.environ["LABKIT_STALL_MARKER"], "w") as marker:
-        marker.write(f"{os.fspath(target)}\n{half}\n{len(payload)}\n")
+    marker = os.environ["LABKIT_STALL_MARKER"]
+    with open(f"{marker}.tmp", "w") as out:   # the parent never reads half a marker
+        out.write(f"{os.fspath(target)}\n{half}\n{len(payload)}\n")
+    os.replace(f"{marker}.tmp", marker)
     time.sleep(STALL_S)
 
 

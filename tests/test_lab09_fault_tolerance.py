@@ -94,7 +94,7 @@ def test_the_course_loop_matches_the_uninterrupted_reference():
 
 RNG_LINE = '    torch.set_rng_state(state["rng"][dist.get_rank()])     # this rank\'s, not rank 0\'s\n'
 SNAPSHOT_MISTAKES = {
-    "rng_not_restored": ([(RNG_LINE, "")], "rank 0's random-number state was not"),
+    "rng_not_restored": ([(RNG_LINE, "")], "random-number state was not restored"),
     "rank0_rng_everywhere": ([('state["rng"][dist.get_rank()]', 'state["rng"][0]')],
                              "rank 1's random-number state is not its own"),
     "optimizer_not_restored": (
@@ -149,9 +149,11 @@ def test_script_that_never_resumes_gets_its_hint(folder):
 
 def test_watchdog_that_is_never_rearmed_gets_its_hint(folder):
     """Does a watchdog armed once (no pet) fail in a long healthy run?"""
-    path = _write(folder, "hang_finder.py", [(
-        "        faulthandler.dump_traceback_later(self.seconds, repeat=False, "
-        "file=self.file)\n", "        pass\n")])
+    path = _write(folder, "hang_finder.py", [
+        ("        faulthandler.dump_traceback_later(self.seconds, repeat=False, "
+         "file=self.file)\n", "        pass\n"),
+        ("        self.pet()\n", "        faulthandler.dump_traceback_later(seconds, "
+         "file=self.file)\n")])
     with pytest.raises(ExerciseFailed, match="re-arm the countdown"):
         checks.hang_finder(path)
 

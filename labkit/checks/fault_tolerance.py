@@ -153,28 +153,35 @@ def _runs(name: str, module, cfg, folder: str) -> list:
     return runs
 
 
-def _resume_hint(full: dict, resumed: dict, rank: int) -> str | None:
-    """Compare one rank's resumed log with the uninterrupted one; name what differs."""
-    want = [e for e in full["log"] if e["step"] >= STOP_AT]
-    got = resumed["log"]
-    if resumed["start"] != STOP_AT:
-        return (f"load_snapshot returned {resumed['start']}, but the snapshot was "
-                f"taken after {STOP_AT} steps: save the step and return it.")
-    if [e["first"] for e in got] != [e["first"] for e in want]:
-        return "the resumed run trained on other batches (see batches)."
-    if got[0]["rng"] != want[0]["rng"]:
-        if rank == 0:
-            return ("rank 0's random-number state was not restored: its dropout masks "
-                    "differ from the uninterrupted run's. Save torch.get_rng_state() "
-                    "and torch.set_rng_state(...) on resume.")
-        return (f"rank {rank}'s random-number state is not its own (rank 0's is "
-                "right): every rank has its own RNG stream. all_gather_object every "
-                "rank's torch.get_rng_state() into the snapshot, and restore "
+def _resume_hint(full: list, resumed: list) -> str | None:
+    """Compare the ranks' resumed logs with the uninterrupted ones; name what differs.
+
+    Causes first (step, batches, RNG on every rank), then effects (losses): one
+    rank's wrong dropout changes every rank's loss through the averaged gradients.
+    """
+    want = [[e for e in run["log"] if e["step"] >= STOP_AT] for run in full]
+    got = [run["log"] for run in resumed]
+    for rank, run in enumerate(resumed):
+        if run["start"] != STOP_AT:
+            return (f"load_snapshot returned {run['start']} on rank {rank}, but the "
+                    f"snapshot was taken after {STOP_AT} steps: save the step and "
+                    "return it.")
+        if [e["first"] for e in got[rank]] != [e["first"] for e in want[rank]]:
+            return f"rank {rank} trained on other batches after resuming (see batches)."
+    wrong = [r for r in range(len(got)) if got[r][0]["rng"] != want[r][0]["rng"]]
+    if wrong == [1]:
+        return ("rank 1's random-number state is not its own (rank 0's is right): "
+                "every rank has its own RNG stream. all_gather_object every rank's "
+                "torch.get_rng_state() into the snapshot, and restore "
                 "state['rng'][rank].")
-    if got[0]["loss"] != want[0]["loss"]:
+    if wrong:
+        return ("the random-number state was not restored: the dropout masks differ "
+                "from the uninterrupted run's. Save torch.get_rng_state() of every rank "
+                "and torch.set_rng_state(...) on resume.")
+    if got[0][0]["loss"] != want[0][0]["loss"]:
         return ("the first resumed loss differs with the same batch and dropout: the "
                 "model's weights were not restored (model.load_state_dict).")
-    for g, w in zip(got, want):
+    for g, w in zip(got[0], want[0]):
         if g["loss"] != w["loss"]:
             return (f"the losses agree at step {STOP_AT} and part from step "
                     f"{g['step']} on: the optimizer state was not restored, so Adam "
@@ -197,15 +204,14 @@ def snapshot_resume(path="snapshot.py", cfg=QUICK_CFG) -> dict:
         full, stopped, resumed = _runs(name, module, cfg, folder)
     finally:
         shutil.rmtree(folder)
-    for rank in range(2):
-        hint = _resume_hint(full[rank], resumed[rank], rank)
-        same = all(torch.equal(full[rank]["weights"][k], resumed[rank]["weights"][k])
-                   for k in full[rank]["weights"])
-        if hint or not same:
-            raise ExerciseFailed(
-                f"{name}: stopped after {STOP_AT} of {cfg.steps} steps and resumed in "
-                f"new processes, rank {rank} does not redo the uninterrupted run: "
-                f"{hint or 'the weights differ (and nothing in the log says why).'}")
+    hint = _resume_hint(full, resumed)
+    same = all(torch.equal(full[r]["weights"][k], resumed[r]["weights"][k])
+               for r in range(2) for k in full[r]["weights"])
+    if hint or not same:
+        raise ExerciseFailed(
+            f"{name}: stopped after {STOP_AT} of {cfg.steps} steps and resumed in new "
+            "processes, the run does not redo the uninterrupted one: "
+            f"{hint or 'the weights differ (and nothing in the log says why).'}")
     passed(name, f"killed mid-save, the previous snapshot stayed whole; resumed at "
                  f"step {STOP_AT}, all {len(full[0]['weights'])} tensors equal the "
                  f"uninterrupted run's bit for bit after {cfg.steps} steps.")
@@ -364,35 +370,35 @@ def _dump_frames(text: str, module: str) -> list[str]:
     return frames
 
 
-def hang_finder(path="hang_finder.py", seconds: float = 0.5) -> dict:
+def hang_finder(path="hang_finder.py", seconds: float = 1.0) -> dict:
     """Check the Watchdog: quiet while steps progress, a stack dump per rank on a hang.
 
-    Launches ``steps`` of the module at ``path`` on 2 gloo ranks, healthy (10 steps
-    of 0.1 s, longer in all than ``seconds``) and with a mismatched collective at
-    step 3. Returns each rank's dump from the hung run.
+    Launches ``steps`` of the module at ``path`` on 2 gloo ranks, healthy (8 steps of
+    0.2 s: each far quicker than ``seconds``, all of them together not) and with a
+    mismatched collective at step 3. Returns each rank's dump from the hung run.
     """
     name = "hang_finder"
     module = load_program(path)
     folder = tempfile.mkdtemp(prefix="labkit-hang-check-")
     try:
-        launch_program(name, module.steps, 2, args=(folder, 10, seconds, None, 0.1),
+        launch_program(name, module.steps, 2, args=(folder, 8, seconds, None, 0.2),
                        timeout=10, hang_hint="A healthy run must not hang.")
         noisy = [r for r in range(2) if Path(folder, f"rank{r}.txt").read_text()]
         if noisy:
             raise ExerciseFailed(
-                f"{name}: in a healthy run of 10 steps of 0.1 s, rank(s) {noisy} "
+                f"{name}: in a healthy run of 8 steps of 0.2 s, rank(s) {noisy} "
                 f"dumped their stacks although no step took {seconds} s: re-arm the "
                 "countdown in pet() (faulthandler.dump_traceback_later again), and "
                 "cancel it in close().")
-        launch_program(name, module.steps, 2, args=(folder, 10, seconds, 3, 0.0),
-                       timeout=5 * seconds, hang_hint="The watchdog must not block.")
+        launch_program(name, module.steps, 2, args=(folder, 8, seconds, 3, 0.0),
+                       timeout=3 * seconds, hang_hint="The watchdog must not block.")
         dumps = {r: Path(folder, f"rank{r}.txt").read_text() for r in range(2)}
     finally:
         shutil.rmtree(folder)
     for rank, text in dumps.items():
         if module.__name__ + ".py" not in text:
             raise ExerciseFailed(
-                f"{name}: rank {rank} waited {5 * seconds:g} s in a collective, but its "
+                f"{name}: rank {rank} waited {3 * seconds:g} s in a collective, but its "
                 f"file holds {text[:80]!r}: arm faulthandler.dump_traceback_later("
                 "seconds, file=...) with the file kept open until close().")
     where = {r: _dump_frames(t, module.__name__)[0] for r, t in dumps.items()}
