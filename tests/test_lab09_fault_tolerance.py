@@ -6,6 +6,7 @@ The programs are the solution notebook's own ``%%writefile`` cells
 deliberate mistake where a test needs one.
 """
 
+import importlib
 import sys
 
 import pytest
@@ -63,7 +64,7 @@ def test_killed_rank_under_torchrun_recovers_the_same_weights(folder):
 def test_kill_during_atomic_save_leaves_the_previous_snapshot(folder, tmp_path_factory):
     """Killed half-way through save_atomic, does snapshot.pt load, unchanged?"""
     _write(folder, "snapshot.py")
-    import snapshot
+    snapshot = importlib.import_module("snapshot")   # the module the cell wrote
     report = snapshots.kill_during_save(snapshot.save_atomic,
                                         tmp_path_factory.mktemp("atomic"))
     assert report["stalled"] and report["exitcode"] == -9
@@ -173,7 +174,7 @@ def test_ranks_read_torch_distributed_debug_set_after_the_launcher_started(
     (folder / "debug_worker.py").write_text(
         "import torch.distributed as dist\n\n\n"
         "def level(ctx):\n    return str(dist.get_debug_level())\n")
-    import debug_worker
+    debug_worker = importlib.import_module("debug_worker")
     launch.warm_up()   # the forkserver imports torch before the variable is set
     monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
     levels = launch.run(debug_worker.level, 2, backend="gloo", timeout=30)
