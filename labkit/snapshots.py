@@ -61,7 +61,7 @@ def build(cfg: Config):
 
 
 def dataset(cfg: Config):
-    """Return the run's images (samples, 1, 28, 28) and labels: the same on every rank."""
+    """Return the images (samples, 1, 28, 28) and labels: the same on every rank."""
     return data.random_batch(cfg.samples, cfg.seed + 1)
 
 
@@ -131,7 +131,7 @@ def train(ctx, cfg: Config, batches=sampler_batches, load=None, save=None,
 
 
 def reference(ctx, cfg: Config) -> dict:
-    """Rank worker: the uninterrupted run, no snapshot at all (what resumes must equal)."""
+    """Rank worker: the uninterrupted run, no snapshot (what resumes must equal)."""
     return train(ctx, cfg)
 
 
@@ -164,7 +164,7 @@ _REAL_SAVE = torch.save
 
 
 def _save_then_stall(module: str, qualname: str, obj, path: str, marker: str) -> None:
-    """Child process: call ``module.qualname(obj, path)`` with a torch.save that stalls."""
+    """Child process: call ``module.qualname(obj, path)``; torch.save stalls in it."""
     os.environ["LABKIT_STALL_MARKER"] = marker
     torch.save = _stalling_save   # before the import: `from torch import save` too
     _spawn.import_worker(module, qualname)(obj, path)

@@ -97,7 +97,7 @@ def test_vendored_schemas_are_descriptions_removed_and_say_where_from():
 
 
 def test_trainjob_asks_for_gpus_shm_and_the_course_image():
-    """One rank per GPU, a RAM-backed /dev/shm in the node container, the course image?"""
+    """One rank per GPU, a RAM-backed /dev/shm in the node container, course image?"""
     trainer = _trainjob()["spec"]["trainer"]
     assert trainer["numProcPerNode"] == trainer["resourcesPerNode"]["limits"][
         "nvidia.com/gpu"]
@@ -108,8 +108,8 @@ def test_trainjob_asks_for_gpus_shm_and_the_course_image():
            ["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"])
     shm = [v["name"] for v in pod["volumes"] if v.get("emptyDir", {}).get("medium")
            == "Memory"]
-    mounts = {m["mountPath"]: m["name"] for c in pod["containers"] if c["name"] == "node"
-              for m in c["volumeMounts"]}
+    node = [c for c in pod["containers"] if c["name"] == "node"]
+    mounts = {m["mountPath"]: m["name"] for c in node for m in c["volumeMounts"]}
     assert mounts.get("/dev/shm") in shm
 
 

@@ -22,7 +22,7 @@ NOTEBOOK = "09_fault_tolerance.ipynb"
 
 @pytest.fixture
 def folder(tmp_path, monkeypatch):
-    """A folder on sys.path for the learner's modules (the notebook's folder, in class)."""
+    """A folder on sys.path for the learner's modules (the notebook's, in class)."""
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in ("snapshot", "elastic_train", "hang_finder", "debug_worker"):
         sys.modules.pop(name, None)
@@ -37,7 +37,7 @@ def _write(folder, module, replace=()):
 
 
 def test_resume_equals_the_uninterrupted_run(folder):
-    """Stopped at step 12 and resumed in new processes, are all weights bit-identical?"""
+    """Stopped at step 12, resumed in new processes: are all weights identical?"""
     result = checks.snapshot_resume(_write(folder, "snapshot.py"))
     full, resumed = result["full"], result["resumed"]
     for rank in range(2):
@@ -93,7 +93,8 @@ def test_the_course_loop_matches_the_uninterrupted_reference():
 
 # ---------------------------------------------------------------- exercise 9.1 mistakes
 
-RNG_LINE = '    torch.set_rng_state(state["rng"][dist.get_rank()])     # this rank\'s, not rank 0\'s\n'
+RNG_LINE = ("    torch.set_rng_state(state[\"rng\"][dist.get_rank()])     "
+            "# this rank's, not rank 0's\n")
 SNAPSHOT_MISTAKES = {
     "rng_not_restored": ([(RNG_LINE, "")], "random-number state was not restored"),
     "rank0_rng_everywhere": ([('state["rng"][dist.get_rank()]', 'state["rng"][0]')],
@@ -101,10 +102,12 @@ SNAPSHOT_MISTAKES = {
     "optimizer_not_restored": (
         [('    optimizer.load_state_dict(state["optimizer"])', '    pass  #')],
         "Adam started again with zero moments"),
-    "model_not_restored": ([('    model.load_state_dict(state["model"])', '    pass  #')],
-                           "model's weights were not restored"),
-    "epoch_restarted": ([("for i in range(skip, per_epoch):", "for i in range(0, per_epoch):")],
-                        "repeated"),
+    "model_not_restored": (
+        [('    model.load_state_dict(state["model"])', '    pass  #')],
+        "model's weights were not restored"),
+    "epoch_restarted": (
+        [("for i in range(skip, per_epoch):", "for i in range(0, per_epoch):")],
+        "repeated"),
     "no_set_epoch": ([("        sampler.set_epoch(epoch)", "        pass  #")],
                      "set_epoch"),
     "non_atomic": ([('tmp = f"{path}.tmp"', "tmp = path")], "non-atomic write"),

@@ -12,7 +12,6 @@ under ``torchrun --max-restarts`` and SIGKILLs a rank at a known step;
 watchdog and reads where each rank says it is.
 """
 
-import glob
 import importlib
 import os
 import shutil
@@ -29,14 +28,14 @@ from labkit.checks._programs import launch_program, load_program
 __all__ = ["snapshot_resume", "elastic_restart", "hang_finder", "resumable"]
 
 QUICK_CFG = snapshots.Config(steps=24, every=4)   # 8 steps per epoch on 2 ranks
-STOP_AT = 12                                      # mid-epoch 1: position and epoch matter
+STOP_AT = 12   # mid-epoch 1: the position and the epoch both matter
 
 
 # ---------------------------------------------------------------- exercise 9.1
 
 
 def _check_atomic(name: str, module) -> dict:
-    """Save once for real, then SIGKILL a save half-way; the old snapshot must survive."""
+    """Save once, then SIGKILL a save half-way: the old snapshot must survive."""
     folder = tempfile.mkdtemp(prefix="labkit-atomic-check-")
     try:
         path = os.path.join(folder, "plain.pt")
@@ -115,12 +114,15 @@ def resumable(ctx, module_name: str, fields: dict, path: str,
     """Rank worker: the course's loop with the learner's snapshot functions."""
     module = importlib.import_module(module_name)
     cfg = snapshots.Config(**fields)
-    load = (lambda model, opt: module.load_snapshot(path, model, opt)) if resume else None
+
+    def load(model, optimizer):
+        return module.load_snapshot(path, model, optimizer)
 
     def save(model, optimizer, step):
         module.save_snapshot(path, model, optimizer, step)
 
-    return snapshots.train(ctx, cfg, module.batches, load, save, stop_at)
+    return snapshots.train(ctx, cfg, module.batches, load if resume else None, save,
+                           stop_at)
 
 
 def _explain_crash(text: str) -> str | None:
@@ -176,8 +178,8 @@ def _resume_hint(full: list, resumed: list) -> str | None:
                 "state['rng'][rank].")
     if wrong:
         return ("the random-number state was not restored: the dropout masks differ "
-                "from the uninterrupted run's. Save torch.get_rng_state() of every rank "
-                "and torch.set_rng_state(...) on resume.")
+                "from the uninterrupted run's. Save torch.get_rng_state() of every "
+                "rank and torch.set_rng_state(...) on resume.")
     if got[0][0]["loss"] != want[0][0]["loss"]:
         return ("the first resumed loss differs with the same batch and dropout: the "
                 "model's weights were not restored (model.load_state_dict).")
@@ -398,7 +400,8 @@ def hang_finder(path="hang_finder.py", seconds: float = 1.0) -> dict:
     for rank, text in dumps.items():
         if module.__name__ + ".py" not in text:
             raise ExerciseFailed(
-                f"{name}: rank {rank} waited {3 * seconds:g} s in a collective, but its "
+                f"{name}: rank {rank} waited {3 * seconds:g} s in a collective, but "
+                f"its "
                 f"file holds {text[:80]!r}: arm faulthandler.dump_traceback_later("
                 "seconds, file=...) with the file kept open until close().")
     where = {r: _dump_frames(t, module.__name__)[0] for r, t in dumps.items()}
