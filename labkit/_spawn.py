@@ -154,6 +154,8 @@ def rank_main(spec: RankSpec, rank: int, results, control) -> None:
     os.environ.clear()
     os.environ.update(spec.environ)   # the parent's environment now, not the server's
     os.environ[RANK_ENV] = str(rank)
+    # torch read TORCH_DISTRIBUTED_DEBUG when the forkserver imported it: read it again
+    dist.set_debug_level_from_env()
     stacks = open(os.path.join(spec.stack_folder, f"rank{rank}.stacks"), "w")
     faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True)
     released = watch_parent(control)

@@ -14,7 +14,8 @@ expected, what came back and which classic mistake explains it.
 
 ``_core`` holds what every check shares; ``_programs`` what the checks of program
 exercises (``%%writefile`` modules launched on ranks) share; ``_watch`` runs a
-learner's in-process code under a watchdog, with spies on forward and step (lab 02).
+learner's in-process code under a watchdog, with spies on forward and step (lab 02);
+``_split`` what the model- and pipeline-parallel checks share (labs 04-05).
 """
 
 from labkit.checks._core import ExerciseFailed

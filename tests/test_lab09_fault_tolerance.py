@@ -1,0 +1,184 @@
+"""Lab 09: resume equals the uninterrupted run, a killed rank recovers under torchrun,
+a kill during save leaves a loadable snapshot, and each classic mistake gets its hint.
+
+The programs are the solution notebook's own ``%%writefile`` cells
+(``tests/notebook_cells.write_program``), written to a temporary folder, with a
+deliberate mistake where a test needs one.
+"""
+
+import importlib
+import sys
+
+import pytest
+import torch
+
+from labkit import launch, snapshots
+from labkit.checks import ExerciseFailed
+from labkit.checks import fault_tolerance as checks
+from notebook_cells import write_program
+
+NOTEBOOK = "09_fault_tolerance.ipynb"
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    """A folder on sys.path for the learner's modules (the notebook's, in class)."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("snapshot", "elastic_train", "hang_finder", "debug_worker"):
+        sys.modules.pop(name, None)
+    return tmp_path
+
+
+def _write(folder, module, replace=()):
+    return write_program(folder, NOTEBOOK, module, replace=replace)
+
+
+# ---------------------------------------------------------------- what the issue asks
+
+
+def test_resume_equals_the_uninterrupted_run(folder):
+    """Stopped at step 12, resumed in new processes: are all weights identical?"""
+    result = checks.snapshot_resume(_write(folder, "snapshot.py"))
+    full, resumed = result["full"], result["resumed"]
+    for rank in range(2):
+        assert resumed[rank]["start"] == checks.STOP_AT
+        assert full[rank]["weights"].keys() == resumed[rank]["weights"].keys()
+        for name, tensor in full[rank]["weights"].items():
+            assert torch.equal(tensor, resumed[rank]["weights"][name]), (rank, name)
+    assert full[0]["log"][-1]["step"] == checks.QUICK_CFG.steps - 1
+
+
+def test_killed_rank_under_torchrun_recovers_the_same_weights(folder):
+    """Does a SIGKILLed rank under torchrun --max-restarts=3 resume to equal weights?"""
+    _write(folder, "snapshot.py")
+    summary = checks.elastic_restart(_write(folder, "elastic_train.py"),
+                                     folder / "snapshot.py")
+    assert summary["restarts"] == 1
+    assert summary["resumed_at"] == [checks.KILL_AT, checks.KILL_AT]
+    assert summary["killed"]["rank"] == 1
+    assert any("exitcode: -9" in line for line in summary["agent_lines"])
+    assert len(summary["stacks"]) == 2 and all("elastic_train.py" in s
+                                               for s in summary["stacks"])
+
+
+def test_kill_during_atomic_save_leaves_the_previous_snapshot(folder, tmp_path_factory):
+    """Killed half-way through save_atomic, does snapshot.pt load, unchanged?"""
+    _write(folder, "snapshot.py")
+    snapshot = importlib.import_module("snapshot")   # the module the cell wrote
+    report = snapshots.kill_during_save(snapshot.save_atomic,
+                                        tmp_path_factory.mktemp("atomic"))
+    assert report["stalled"] and report["exitcode"] == -9
+    assert 0 < report["written"] < report["total"]
+    assert report["writing"] == "snapshot.pt.tmp"
+    assert report["loads"] and report["previous_intact"]
+
+
+def test_kill_during_in_place_save_tears_the_snapshot(tmp_path):
+    """Killed half-way through a plain torch.save, is snapshot.pt unreadable?"""
+    report = snapshots.kill_during_save(snapshots.save_in_place, tmp_path)
+    assert report["stalled"] and report["writing"] == "snapshot.pt"
+    assert not report["loads"] and report["error"]
+
+
+def test_the_course_loop_matches_the_uninterrupted_reference():
+    """Does the elastic script's loop, uninterrupted, equal snapshots.reference?"""
+    cfg = snapshots.Config(steps=8)
+    runs = launch.run(snapshots.reference, 2, args=(cfg,), backend="gloo", timeout=30)
+    again = launch.run(snapshots.reference, 2, args=(cfg,), backend="gloo", timeout=30)
+    for first, second in zip(runs, again):
+        assert all(torch.equal(first["weights"][k], second["weights"][k])
+                   for k in first["weights"])
+    assert runs[0]["log"][0]["rng"] != runs[1]["log"][0]["rng"], "per-rank RNG streams"
+
+
+# ---------------------------------------------------------------- exercise 9.1 mistakes
+
+RNG_LINE = ("    torch.set_rng_state(state[\"rng\"][dist.get_rank()])     "
+            "# this rank's, not rank 0's\n")
+SNAPSHOT_MISTAKES = {
+    "rng_not_restored": ([(RNG_LINE, "")], "random-number state was not restored"),
+    "rank0_rng_everywhere": ([('state["rng"][dist.get_rank()]', 'state["rng"][0]')],
+                             "rank 1's random-number state is not its own"),
+    "optimizer_not_restored": (
+        [('    optimizer.load_state_dict(state["optimizer"])', '    pass  #')],
+        "Adam started again with zero moments"),
+    "model_not_restored": (
+        [('    model.load_state_dict(state["model"])', '    pass  #')],
+        "model's weights were not restored"),
+    "epoch_restarted": (
+        [("for i in range(skip, per_epoch):", "for i in range(0, per_epoch):")],
+        "repeated"),
+    "no_set_epoch": ([("        sampler.set_epoch(epoch)", "        pass  #")],
+                     "set_epoch"),
+    "non_atomic": ([('tmp = f"{path}.tmp"', "tmp = path")], "non-atomic write"),
+    "every_rank_writes": ([("if dist.get_rank() == 0:", "if True:")],
+                          "only rank 0 writes"),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(SNAPSHOT_MISTAKES))
+def test_snapshot_mistakes_get_their_hint(folder, mistake):
+    """Does each classic snapshot mistake fail with the hint that names it?"""
+    replace, hint = SNAPSHOT_MISTAKES[mistake]
+    path = _write(folder, "snapshot.py", replace)
+    with pytest.raises(ExerciseFailed, match=hint):
+        checks.snapshot_resume(path)
+
+
+# ---------------------------------------------------------------- exercise 9.2 mistakes
+
+@pytest.mark.parametrize("replace, hint", [
+    ([('"step_*.pt"', '"step_*"')], "never load it"),
+    ([("return done[-1] if done", "return done[0] if done")], "newest"),
+])
+def test_latest_snapshot_mistakes_get_their_hint(folder, replace, hint):
+    """Does latest_snapshot picking a torn .tmp or the oldest file get its hint?"""
+    _write(folder, "snapshot.py")
+    path = _write(folder, "elastic_train.py", replace)
+    with pytest.raises(ExerciseFailed, match=hint):
+        checks.elastic_restart(path, folder / "snapshot.py")
+
+
+def test_script_that_never_resumes_gets_its_hint(folder):
+    """Does a script that restarts from step 0 fail, although its weights are right?"""
+    _write(folder, "snapshot.py")
+    path = _write(folder, "elastic_train.py", [(
+        "    step = load_snapshot(path, model.module, optimizer) if path else 0",
+        "    step = 0")])
+    with pytest.raises(ExerciseFailed, match="started again from step 0"):
+        checks.elastic_restart(path, folder / "snapshot.py")
+
+
+# ---------------------------------------------------------------- exercise 9.3 mistakes
+
+def test_watchdog_that_is_never_rearmed_gets_its_hint(folder):
+    """Does a watchdog armed once (no pet) fail in a long healthy run?"""
+    path = _write(folder, "hang_finder.py", [
+        ("        faulthandler.dump_traceback_later(self.seconds, repeat=False, "
+         "file=self.file)\n", "        pass\n"),
+        ("        self.pet()\n", "        faulthandler.dump_traceback_later(seconds, "
+         "file=self.file)\n")])
+    with pytest.raises(ExerciseFailed, match="re-arm the countdown"):
+        checks.hang_finder(path)
+
+
+def test_hang_finder_names_each_ranks_line(folder):
+    """On the hang, does each rank's dump name its own collective's line?"""
+    dumps = checks.hang_finder(_write(folder, "hang_finder.py"))
+    assert "in all_reduce" in dumps[0] and "in broadcast" in dumps[1]
+
+
+# ---------------------------------------------------------------- the launcher's DETAIL
+
+
+def test_ranks_read_torch_distributed_debug_set_after_the_launcher_started(
+        folder, monkeypatch):
+    """Does TORCH_DISTRIBUTED_DEBUG set in the notebook reach forkserver ranks?"""
+    (folder / "debug_worker.py").write_text(
+        "import torch.distributed as dist\n\n\n"
+        "def level(ctx):\n    return str(dist.get_debug_level())\n")
+    debug_worker = importlib.import_module("debug_worker")
+    launch.warm_up()   # the forkserver imports torch before the variable is set
+    monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
+    levels = launch.run(debug_worker.level, 2, backend="gloo", timeout=30)
+    assert levels == ["DebugLevel.DETAIL"] * 2
