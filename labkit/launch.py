@@ -161,8 +161,10 @@ def _receive(rank: _spawn.Rank, index: int):
     rank.process.join(1.0)
     code = rank.process.exitcode
     why = {-signal.SIGKILL: " (killed: out of memory?)",
-           -signal.SIGABRT: " (aborted: NCCL's watchdog aborts a rank whose collective "
-                            "waited past the timeout)"}.get(code, "")
+           -signal.SIGABRT: " (aborted by the backend: NCCL's watchdog aborts a rank "
+                            "whose collective waited past the timeout; gloo aborts on a "
+                            "message whose size does not match the receive buffer)"
+           }.get(code, "")
     raise LaunchError(
         f"Rank {index} exited with code {code}{why} before returning a result; the "
         "other ranks were stopped. Its own error went to its stderr. Launching from a "

@@ -58,7 +58,7 @@ def test_training_memory_forgotten_activations():
         (lambda n, w, link, b, a: 2 * (w - 1) / w * n * b / (link * 1e9),
          "latency is missing"),
         (lambda n, w, link, b, a: 2 * (w - 1) / w * n * b / (link * 1e9) + a,
-         "each of its 2\(n-1\) steps"),
+         r"each of its 2\(n-1\) steps"),
     ],
 )
 def test_allreduce_hints(fn, hint):

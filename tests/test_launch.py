@@ -247,7 +247,7 @@ def test_rank_stuck_outside_collectives_is_ended_by_the_watchdog():
 
 @pytest.mark.parametrize("how, message", [
     ("exit", "Rank 1 exited with code 3 before"),
-    ("abort", "code -6 .aborted: NCCL's watchdog"),
+    ("abort", "code -6 .aborted by the backend: NCCL's watchdog"),
     ("kill", "code -9 .killed: out of memory"),
 ])
 def test_rank_that_dies_is_reported_with_its_exit_code(how, message):
