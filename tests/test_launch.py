@@ -105,6 +105,8 @@ def with_dataloader_workers(ctx, folder, then):
         dataset, batch_size=8, num_workers=2, persistent_workers=True,
         worker_init_fn=functools.partial(_note_pid, folder))
     total = sum(batch[0].sum().item() for batch in loader)   # workers now exist
+    if then == "raise":
+        dist.barrier()   # every rank's workers exist before rank 1 fails
     if then == "raise" and ctx.rank == 1:
         raise ValueError("rank one fails while its workers are alive")
     if then == "sleep":
