@@ -3,10 +3,14 @@
 One module per idea of the course, each saying in its docstring where it is taught:
 ``mode`` (quick/full, the call that opens every lab), ``hardware`` and ``estimate``
 (lab 00), ``data``, ``models`` and ``train`` (lab 01), ``dataparallel`` (lab 02),
-``launch`` and ``ddp`` (lab 03), ``timeline``, ``pipeline``, ``pipeline_run``,
-``stages`` and ``p2p`` (labs 04-05), ``checks`` (every lab's exercises), ``course``
-(building labs/ from solutions/), ``bench`` (measured claims) and ``cli`` (the
-``labkit`` command).
+``launch`` (lab 03 and every lab after it), ``timeline``, ``pipeline``,
+``pipeline_run``, ``stages`` and ``p2p`` (labs 04-05), ``comm_model``,
+``compression``, ``local_sgd`` and ``bottleneck`` (lab 06), ``sharded``,
+``sharding_memory`` and ``memory_probe`` (lab 07), ``tensor_parallel`` and
+``latency_model`` (lab 08), ``snapshots`` and ``elastic`` (lab 09), ``explorers``
+(the widgets), ``checks`` (every lab's exercises, one module per lab), ``course``
+(building labs/ from solutions/), ``bench`` (the benchmarks, one module each) and
+``cli`` (the ``labkit`` command).
 
 Import the modules you need (``from labkit import data, train``); importing
 ``labkit`` itself stays cheap and never touches a GPU.
