@@ -14,7 +14,6 @@ import queue
 import threading
 import time
 
-import torch
 import torch.nn.functional as F
 from torch import nn
 

@@ -42,3 +42,25 @@ def write_program(folder: Path, notebook: str, module: str,
     path = Path(folder) / module
     path.write_text(source)
     return path
+
+
+def solution_folder(folder: Path, monkeypatch, notebook: str, modules) -> Path:
+    """Write a notebook's ``%%writefile`` modules into ``folder`` and work from there.
+
+    The checks then find the modules as the notebook's cells leave them: next to the
+    working directory.
+    """
+    monkeypatch.chdir(folder)
+    for module in modules:
+        write_program(folder, notebook, module)
+    return Path(folder)
+
+
+def expect_hint(check, path: Path, hint: str) -> None:
+    """Run ``check`` on the module at ``path``; it must fail, matching ``hint``."""
+    import pytest
+
+    from labkit.checks import ExerciseFailed
+
+    with pytest.raises(ExerciseFailed, match=hint):
+        check(str(path))

@@ -9,7 +9,7 @@ import pytest
 
 from labkit.checks import ExerciseFailed
 from labkit.checks import ddp as checks
-from notebook_cells import write_program
+from notebook_cells import expect_hint, solution_folder, write_program
 
 NOTEBOOK = "03_ddp.ipynb"
 
@@ -17,15 +17,9 @@ NOTEBOOK = "03_ddp.ipynb"
 @pytest.fixture
 def folder(tmp_path, monkeypatch):
     """A folder with the solution's modules; the checks run from it."""
-    monkeypatch.chdir(tmp_path)
-    for module in ("allreduce_worker.py", "ddp_worker.py", "ddp_script.py"):
-        write_program(tmp_path, NOTEBOOK, module)
-    return tmp_path
+    return solution_folder(tmp_path, monkeypatch, NOTEBOOK,
+                           ("allreduce_worker.py", "ddp_worker.py", "ddp_script.py"))
 
-
-def _fails(check, path, hint):
-    with pytest.raises(ExerciseFailed, match=hint):
-        check(str(path))
 
 
 # ---------------------------------------------------------------- exercise 3.2
@@ -57,7 +51,7 @@ def test_allreduce_worker_passes_on_the_solution(folder, capsys):
 def test_allreduce_worker_names_the_mistake(folder, mistake, replace, hint):
     """Does each classic all-reduce mistake get its own hint?"""
     path = write_program(folder, NOTEBOOK, "allreduce_worker.py", replace)
-    _fails(checks.allreduce_worker, path, hint)
+    expect_hint(checks.allreduce_worker, path, hint)
 
 
 # ---------------------------------------------------------------- exercise 3.3
@@ -98,7 +92,7 @@ def test_ddp_worker_passes_on_the_solution(folder, capsys):
 def test_ddp_worker_names_the_mistake(folder, mistake, replace, hint):
     """Does each classic DDP-worker mistake get its own hint?"""
     path = write_program(folder, NOTEBOOK, "ddp_worker.py", replace)
-    _fails(checks.ddp_worker, path, hint)
+    expect_hint(checks.ddp_worker, path, hint)
 
 
 # ---------------------------------------------------------------- exercise 3.4

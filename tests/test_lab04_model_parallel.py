@@ -13,7 +13,7 @@ import pytest
 from labkit import models, timeline
 from labkit.checks import ExerciseFailed
 from labkit.checks import model_parallel as checks
-from notebook_cells import write_program
+from notebook_cells import solution_folder, write_program
 
 NOTEBOOK = "04_model_parallel.ipynb"
 STUCK_S = 3.0   # how long a check waits for a message that never comes, in tests
@@ -22,10 +22,8 @@ STUCK_S = 3.0   # how long a check waits for a message that never comes, in test
 @pytest.fixture
 def folder(tmp_path, monkeypatch):
     """A folder with the solution's modules; the checks run from it."""
-    monkeypatch.chdir(tmp_path)
-    for module in ("split_step.py", "split_serve.py"):
-        write_program(tmp_path, NOTEBOOK, module)
-    return tmp_path
+    return solution_folder(tmp_path, monkeypatch, NOTEBOOK,
+                           ("split_step.py", "split_serve.py"))
 
 
 # ---------------------------------------------------------------- exercise 4.1

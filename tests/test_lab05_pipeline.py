@@ -12,7 +12,7 @@ from labkit import launch, models, pipeline, stages
 from labkit.checks import ExerciseFailed
 from labkit.checks import pipeline as checks
 from labkit.checks._programs import load_program
-from notebook_cells import write_program
+from notebook_cells import solution_folder, write_program
 
 NOTEBOOK = "05_pipeline_parallel.ipynb"
 STUCK_S = 3.0   # how long a check waits for a message that never comes, in tests
@@ -21,10 +21,8 @@ STUCK_S = 3.0   # how long a check waits for a message that never comes, in test
 @pytest.fixture
 def folder(tmp_path, monkeypatch):
     """A folder with the solution's modules; the checks run from it."""
-    monkeypatch.chdir(tmp_path)
-    for module in ("gpipe.py", "one_f_one_b.py", "pp_torch.py"):
-        write_program(tmp_path, NOTEBOOK, module)
-    return tmp_path
+    return solution_folder(tmp_path, monkeypatch, NOTEBOOK,
+                           ("gpipe.py", "one_f_one_b.py", "pp_torch.py"))
 
 
 # ---------------------------------------------------------------- exercise 5.1

@@ -16,23 +16,17 @@ from labkit import latency_model, launch, tensor_parallel as tp
 from labkit.checks import ExerciseFailed
 from labkit.checks import tensor_parallel as checks
 from labkit.checks._programs import load_program
-from notebook_cells import write_program
+from notebook_cells import expect_hint, solution_folder, write_program
 
 NOTEBOOK = "08_tensor_parallel.ipynb"
 
 
 @pytest.fixture
 def folder(tmp_path, monkeypatch):
-    """A folder holding the solution's modules; the checks run from it."""
-    monkeypatch.chdir(tmp_path)
-    for module in ("tp_mlp.py", "tp_block.py", "dp_tp.py", "api_demo.py"):
-        write_program(tmp_path, NOTEBOOK, module)
-    return tmp_path
+    """A folder with the solution's modules; the checks run from it."""
+    return solution_folder(tmp_path, monkeypatch, NOTEBOOK,
+                           ("tp_mlp.py", "tp_block.py", "dp_tp.py", "api_demo.py"))
 
-
-def _fails(check, path, hint):
-    with pytest.raises(ExerciseFailed, match=hint):
-        check(str(path))
 
 
 # ---------------------------------------------------------------- exercise 8.1
@@ -95,13 +89,13 @@ F_BACKWARD = ("        grad = grad.clone()      # all_reduce works in place: not
 def test_tp_mlp_names_the_mistake(folder, mistake, replace, hint):
     """Does each classic from-scratch mistake get its own hint?"""
     path = write_program(folder, NOTEBOOK, "tp_mlp.py", replace)
-    _fails(checks.tp_mlp, path, hint)
+    expect_hint(checks.tp_mlp, path, hint)
 
 
 def test_tp_mlp_stub_is_not_done(folder):
     """Does the lab's stub read 'not done yet'?"""
     path = write_program(folder, NOTEBOOK, "tp_mlp.py", source_folder="labs")
-    _fails(checks.tp_mlp, path, "not done yet")
+    expect_hint(checks.tp_mlp, path, "not done yet")
 
 
 # ---------------------------------------------------------------- section 3, 8.2
@@ -156,7 +150,7 @@ PLAN_Q = '"attn.q": ColwiseParallel(),    # q, k, v by output features: whole he
 def test_tp_block_names_the_mistake(folder, mistake, replace, hint):
     """Does each wrong plan (or forgotten head count) get its own hint?"""
     path = write_program(folder, NOTEBOOK, "tp_block.py", replace)
-    _fails(checks.tp_block, path, hint)
+    expect_hint(checks.tp_block, path, hint)
 
 
 # ---------------------------------------------------------------- exercise 8.3
@@ -241,7 +235,7 @@ def test_dp_tp_equals_one_process(folder, capsys):
 def test_dp_tp_names_the_mistake(folder, mistake, replace, hint):
     """Does each classic 2-D mistake get its own hint?"""
     path = write_program(folder, NOTEBOOK, "dp_tp.py", replace)
-    _fails(checks.dp_tp, path, hint)
+    expect_hint(checks.dp_tp, path, hint)
 
 
 # ---------------------------------------------------------------- labkit helpers
