@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import subprocess
 import threading
 import time
 import traceback
@@ -32,7 +33,8 @@ import torch.distributed as dist
 from labkit import hardware
 
 __all__ = ["RankContext", "RankSpec", "Rank", "RANK_ENV", "import_worker",
-           "classify", "start_rank", "stop", "start_server", "stack_of"]
+           "classify", "start_rank", "stop", "start_server", "stack_of",
+           "descendants", "kill_all", "stop_tree"]
 
 # Imported once by the forkserver, so each rank starts with them already loaded.
 # torch._dynamo is what the first DistributedDataParallel(...) imports (about 2-3 s
@@ -104,13 +106,46 @@ def classify(err: BaseException) -> str:
 
 # ---------------------------------------------------------------- inside each rank
 
-def _end_children() -> None:
-    """Kill every process this one started (DataLoader workers), before we go."""
-    for child in psutil.Process().children(recursive=True):
+def descendants(pid: int) -> list[psutil.Process]:
+    """Return every live process below ``pid`` (none if it is already gone)."""
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except (psutil.Error, TypeError):   # gone, or never started (pid None)
+        return []
+
+
+def kill_all(processes: list[psutil.Process]) -> None:
+    """SIGKILL each process that is still there."""
+    for process in processes:
         try:
-            child.kill()
+            process.kill()
         except psutil.Error:
             pass
+
+
+def stop_tree(process, grace: float = 0.0) -> None:
+    """Stop a ``subprocess.Popen`` and every process below it, in any session.
+
+    torchrun starts each rank in a session of its own, so killing torchrun's process
+    group would leave the ranks running: their pids are read before anything dies.
+    With ``grace`` > 0 the process first gets SIGTERM (torchrun then stops its ranks).
+    """
+    below = descendants(process.pid)
+    if process.poll() is None:
+        if grace > 0:
+            process.terminate()
+            try:
+                process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        process.kill()
+        process.wait()
+    kill_all(below)
+
+
+def _end_children() -> None:
+    """Kill every process this one started (DataLoader workers), before we go."""
+    kill_all(descendants(os.getpid()))
 
 
 def watch_parent(control) -> threading.Event:
@@ -223,17 +258,6 @@ def start_rank(spec: RankSpec, rank: int) -> Rank:
     return Rank(process, results_in, control_out, stacks)
 
 
-def _tree(ranks: list[Rank]) -> list[psutil.Process]:
-    """Return every live process below the ranks (their DataLoader workers, ...)."""
-    below = []
-    for rank in ranks:
-        try:
-            below += psutil.Process(rank.process.pid).children(recursive=True)
-        except (psutil.Error, TypeError):   # already gone, or never started
-            pass
-    return below
-
-
 def stop(ranks: list[Rank], finished: bool) -> None:
     """Release the ranks if all finished, else terminate them; kill what lingers.
 
@@ -241,7 +265,7 @@ def stop(ranks: list[Rank], finished: bool) -> None:
     the launch.
     """
     deadline = time.monotonic() + STOP_S
-    below = _tree(ranks)
+    below = [p for rank in ranks for p in descendants(rank.process.pid)]
     try:
         for rank in ranks:
             if finished:
@@ -257,11 +281,7 @@ def stop(ranks: list[Rank], finished: bool) -> None:
                 rank.process.join()
             rank.results.close()
             rank.control.close()
-        for process in below:
-            try:
-                process.kill()
-            except psutil.Error:
-                pass
+        kill_all(below)
 
 
 def send_quietly(pipe: connection.Connection, message) -> None:

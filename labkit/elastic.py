@@ -18,8 +18,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
 __all__ = ["PAUSE_ENV", "restart_count", "record_start", "pause_if_asked", "starts",
            "Run", "torchrun_with_kill"]
 
@@ -156,20 +154,6 @@ def torchrun_with_kill(script, args=(), folder=".", nproc: int = 2,
 
 def _stop(process, grace: float = 10.0) -> None:
     """Stop torchrun and its ranks (each rank runs in a session of its own)."""
-    if process.poll() is not None:
-        return
-    try:
-        ranks = psutil.Process(process.pid).children(recursive=True)
-    except psutil.Error:
-        ranks = []
-    process.terminate()   # torchrun stops its ranks on SIGTERM
-    try:
-        process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    for rank in ranks:
-        try:
-            rank.kill()
-        except psutil.Error:
-            pass
+    from labkit import _spawn   # here: scripts import this module inside their ranks
+
+    _spawn.stop_tree(process, grace)   # SIGTERM first: torchrun stops its ranks

@@ -671,11 +671,13 @@ def test_a_workers_own_timeout_text_is_not_a_collective_timeout(error):
 
 
 def test_run_command_kills_the_whole_group_on_timeout(tmp_path):
-    """Does a check's torchrun-style command leave no child behind on a timeout?"""
+    """Does a check's torchrun-style command leave no child behind on a timeout, even
+    one in a session of its own (as torchrun starts its ranks)?"""
     from labkit.checks._programs import run_command
 
     script = ("import subprocess, sys, time; "
-              f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+              "child = subprocess.Popen([sys.executable, '-c', 'import time; "
+              "time.sleep(600)'], start_new_session=True); "
               f"open({str(tmp_path / 'child.pid')!r}, 'w').write(str(child.pid)); "
               "time.sleep(600)")
     with pytest.raises(subprocess.TimeoutExpired):

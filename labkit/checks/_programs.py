@@ -17,13 +17,11 @@ mistake that explains the difference (``mistake``).
 
 import importlib
 import linecache
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from labkit import launch
+from labkit import _spawn, launch
 from labkit.checks._core import ExerciseFailed
 
 __all__ = ["load_program", "launch_program", "run_command", "first_difference"]
@@ -132,10 +130,10 @@ def first_difference(want: dict, got: dict, atol: float) -> tuple | None:
 
 
 def run_command(command: list, timeout: float, **kwargs) -> subprocess.CompletedProcess:
-    """Run a command (e.g. torchrun) in its own process group; capture its output.
+    """Run a command (e.g. torchrun) in a session of its own; capture its output.
 
-    On a timeout, an interrupt of the cell or any error, the whole group is killed:
-    torchrun's ranks never outlive the check. A timeout raises
+    On a timeout, an interrupt of the cell or any error, the command and every
+    process below it are killed: torchrun's ranks never outlive the check. A timeout raises
     ``subprocess.TimeoutExpired`` as ``subprocess.run`` would.
     """
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -143,10 +141,7 @@ def run_command(command: list, timeout: float, **kwargs) -> subprocess.Completed
     try:
         out, err = process.communicate(timeout=timeout)
     except BaseException:   # TimeoutExpired, KeyboardInterrupt, ...
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _spawn.stop_tree(process)   # torchrun's ranks live in sessions of their own
         process.communicate()
         raise
     return subprocess.CompletedProcess(command, process.returncode, out, err)
