@@ -10,7 +10,7 @@ One module per idea of the course, each saying in its docstring where it is taug
 ``latency_model`` (lab 08), ``snapshots`` and ``elastic`` (lab 09), ``explorers``
 (the widgets), ``checks`` (every lab's exercises, one module per lab), ``course``
 (building labs/ from solutions/), ``bench`` (the benchmarks, one module each) and
-``cli`` (the ``labkit`` command).
+``cli`` (the ``labkit`` command), ``predict`` (the Predict cells' ``reveal``).
 
 Import the modules you need (``from labkit import data, train``); importing
 ``labkit`` itself stays cheap and never touches a GPU.
@@ -19,5 +19,6 @@ Import the modules you need (``from labkit import data, train``); importing
 __version__ = "0.1.0"
 
 from labkit.mode import begin, is_quick, pick
+from labkit.predict import reveal
 
-__all__ = ["begin", "is_quick", "pick", "__version__"]
+__all__ = ["begin", "is_quick", "pick", "reveal", "__version__"]

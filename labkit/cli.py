@@ -30,17 +30,17 @@ def _prepare(args) -> int:
 def _build_labs(args) -> int:
     from labkit import course
 
-    changed = course.build_labs(args.solutions, args.labs, check=args.check)
+    changed = course.build_labs(args.solutions, args.labs, check=args.check,
+                                references_dir=args.references)
     if args.check:
         for path in changed:
             print(f"stale: {path} (run `labkit build-labs`)")
-        print(
-            "labs/ are up to date." if not changed else f"{len(changed)} stale lab(s)."
-        )
+        print("labs/, nbgrader metadata and references are up to date."
+              if not changed else f"{len(changed)} stale file(s).")
         return 1 if changed else 0
-    print(
-        f"Wrote {len(changed)} lab(s)." if changed else "labs/ were already up to date."
-    )
+    for path in changed:
+        print(f"wrote {path}")
+    print(f"Wrote {len(changed)} file(s)." if changed else "Everything was up to date.")
     return 0
 
 
@@ -49,6 +49,12 @@ def _bench(args) -> int:
 
     bench.run(args.name)
     return 0
+
+
+def course_references():
+    from labkit import course
+
+    return course.REFERENCES
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -69,6 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--check", action="store_true", help="exit 1 if labs/ are stale")
     build.add_argument("--solutions", default="solutions")
     build.add_argument("--labs", default="labs")
+    build.add_argument("--references", default=str(course_references()),
+                       help="where the reference solutions go (labkit's own folder)")
     build.set_defaults(run=_build_labs)
     from labkit.bench import BENCHMARKS   # names only: torch is not imported
 

@@ -4,15 +4,31 @@ Taught in: nowhere (instructor tooling). One source of truth, nbgrader's convent
 code between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` becomes a stub that raises
 ``NotImplementedError``; markdown between the markers becomes "YOUR ANSWER HERE".
 Outputs are cleared. ``build_labs(check=True)`` reports stale labs without writing.
+
+The same build keeps two things derived from the solutions in step with them:
+
+- nbgrader's cell metadata in solutions/ (an exercise cell is a ``solution`` cell, the
+  check cell right after it an autograder test worth one point), so that real
+  ``nbgrader generate_assignment`` makes the same labs and ``nbgrader autograde``
+  scores them;
+- labkit's reference solutions (``labkit/references/NN_*.json``), what
+  ``checks.use_reference(...)`` puts in place of a stuck learner's code.
 """
 
 import json
+import re
 from pathlib import Path
 
 import nbformat
 
 __all__ = ["BEGIN", "END", "CourseError", "strip_solutions", "make_lab", "build_labs",
-           "hardware_needs", "hardware_skip_reason"]
+           "exercises", "REFERENCES", "hardware_needs", "hardware_skip_reason"]
+
+REFERENCES = Path(__file__).resolve().parent / "references"
+_WRITEFILE = re.compile(r"^%%writefile\s+(?:-a\s+)?(\S+)\s*$")
+_CHECK_CALL = re.compile(r"\bchecks\.(\w+)\(")
+_CHECKS_IMPORT = re.compile(r"from labkit\.checks import (\w+) as checks")
+_TITLE = re.compile(r"^#+\s*(Exercise\s+\d+\.\d+.*?)\s*$", re.MULTILINE)
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 CODE_STUB = ["# YOUR CODE HERE", "raise NotImplementedError()"]
@@ -61,12 +77,125 @@ def _render(notebook) -> str:
     return nbformat.writes(notebook) + "\n"
 
 
-def build_labs(
-    solutions_dir="solutions", labs_dir="labs", check: bool = False
-) -> list[Path]:
-    """Write labs/ from solutions/; return the labs that changed (or would, with check).
+# ---------------------------------------------------------------- exercises
 
-    A lab with no solution behind it counts as stale (and is deleted when not checking).
+
+def _defined_names(source: str) -> list[str]:
+    """Return the functions, classes and variables a cell defines at top level."""
+    import ast
+
+    names = []
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            names += [t.id for t in node.targets if isinstance(t, ast.Name)]
+    return names
+
+
+def exercises(solution: nbformat.NotebookNode, name: str = "") -> list[dict]:
+    """Return one record per exercise of a solution notebook, in order.
+
+    An exercise is a code cell holding the solution markers; the next code cell is its
+    check (it calls ``checks.<check>(...)``). ``key`` is what ``use_reference`` takes:
+    the file a ``%%writefile`` cell writes, else the first name the cell defines.
+    ``source`` is the solved code without the markers (and without the magic line).
+    """
+    found, title = [], ""
+    cells = solution.cells
+    for index, cell in enumerate(cells):
+        if cell.cell_type == "markdown":
+            titles = _TITLE.findall(cell.source)
+            title = re.sub(r"\s*\(≈[^)]*\)$", "", titles[-1]) if titles else title
+            continue
+        if BEGIN not in cell.source:
+            continue
+        where = f"{name} cell {index}"
+        solved = "\n".join(line for line in cell.source.splitlines()
+                           if line.strip() not in (BEGIN, END))
+        first, _, rest = solved.partition("\n")
+        writes = _WRITEFILE.match(first)
+        if writes:
+            key, kind, code = Path(writes.group(1)).name, "file", rest
+        else:
+            defined = _defined_names(solved)
+            if not defined:
+                raise CourseError(f"{where}: an exercise cell must define a function "
+                                  "or write a file, so that it has a reference name.")
+            key, kind, code = defined[0], "cell", solved
+        following = [i for i in range(index + 1, len(cells))
+                     if cells[i].cell_type == "code"]
+        check = _CHECK_CALL.search(cells[following[0]].source) if following else None
+        if check is None:
+            raise CourseError(f"{where}: the next code cell must call its check "
+                              "(`checks.<name>(...)`).")
+        found.append({"key": key, "kind": kind, "file": writes.group(1) if writes
+                      else None, "title": title, "check": check.group(1),
+                      "cell": index, "check_cell": following[0], "source": code})
+    return found
+
+
+def _grade_id(key: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", key)
+
+
+def nbgrader_metadata(solution: nbformat.NotebookNode, name: str = "") -> bool:
+    """Give exercise and check cells nbgrader's metadata; return whether any changed.
+
+    An exercise cell is a ``solution`` cell; its check is a locked autograder test
+    worth one point (it passes when the check cell runs without an error). Every
+    other cell carries no nbgrader metadata.
+    """
+    wanted = {}
+    for ex in exercises(solution, name):
+        gid = _grade_id(ex["key"])
+        wanted[ex["cell"]] = {"grade": False, "grade_id": gid, "locked": False,
+                              "schema_version": 3, "solution": True, "task": False}
+        wanted[ex["check_cell"]] = {"grade": True, "grade_id": f"check_{gid}",
+                                    "locked": True, "points": 1, "schema_version": 3,
+                                    "solution": False, "task": False}
+    changed = False
+    for index, cell in enumerate(solution.cells):
+        want = wanted.get(index)
+        if cell.metadata.get("nbgrader") != want:
+            changed = True
+            if want is None:
+                cell.metadata.pop("nbgrader")
+            else:
+                cell.metadata["nbgrader"] = want
+    return changed
+
+
+def references(solution: nbformat.NotebookNode, name: str) -> str:
+    """Return the reference store of one lab (JSON text): its exercises' solved code."""
+    setup = next((c.source for c in solution.cells if c.cell_type == "code"), "")
+    module = _CHECKS_IMPORT.search(setup)
+    store = {"notebook": name, "checks": module.group(1) if module else None,
+             "exercises": [{k: ex[k] for k in ("key", "kind", "file", "title",
+                                               "check", "source")}
+                           for ex in exercises(solution, name)]}
+    return json.dumps(store, indent=1, ensure_ascii=False) + "\n"
+
+
+def _refresh(target: Path, text: str, check: bool, changed: list) -> None:
+    """Write ``text`` to ``target`` unless it is already there (or only checking)."""
+    if target.exists() and target.read_text() == text:
+        return
+    changed.append(target)
+    if not check:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+
+
+def build_labs(
+    solutions_dir="solutions", labs_dir="labs", check: bool = False,
+    references_dir=None,
+) -> list[Path]:
+    """Write labs/ from solutions/; return the files that changed (or would, with check).
+
+    Also refreshes the solutions' nbgrader metadata and, when ``references_dir`` is
+    given (the CLI gives labkit's own), the reference store of each lab. A lab with no
+    solution behind it counts as stale (and is deleted when not checking).
     """
     solutions_dir, labs_dir = Path(solutions_dir), Path(labs_dir)
     sources = sorted(solutions_dir.glob("*.ipynb"))
@@ -74,13 +203,14 @@ def build_labs(
         raise CourseError(f"No notebooks in {solutions_dir}: nothing to build.")
     changed = []
     for source in sources:
-        text = _render(make_lab(nbformat.read(source, as_version=4), source.name))
-        target = labs_dir / source.name
-        if not target.exists() or target.read_text() != text:
-            changed.append(target)
-            if not check:
-                labs_dir.mkdir(parents=True, exist_ok=True)
-                target.write_text(text)
+        solution = nbformat.read(source, as_version=4)
+        nbgrader_metadata(solution, source.name)
+        _refresh(source, _render(solution), check, changed)
+        _refresh(labs_dir / source.name, _render(make_lab(solution, source.name)),
+                 check, changed)
+        if references_dir is not None:
+            _refresh(Path(references_dir) / f"{source.stem}.json",
+                     references(solution, source.name), check, changed)
     names = {s.name for s in sources}
     for orphan in sorted(labs_dir.glob("*.ipynb")):
         if orphan.name not in names:

@@ -1,5 +1,6 @@
 """Tests for labkit.course (labs/ from solutions/) and the repository's notebooks."""
 
+import json
 from pathlib import Path
 
 import nbformat
@@ -66,7 +67,9 @@ def test_build_and_check(tmp_path):
     """Does --check see stale and orphan labs, and does a build make them fresh?"""
     solutions, labs = tmp_path / "solutions", tmp_path / "labs"
     solutions.mkdir()
-    nbformat.write(_notebook(SOLUTION), solutions / "a.ipynb")
+    nb = _notebook(SOLUTION, "checks.f(f)")
+    course.nbgrader_metadata(nb)
+    nbformat.write(nb, solutions / "a.ipynb")
     assert course.build_labs(solutions, labs, check=True) == [labs / "a.ipynb"]
     assert not labs.exists()
     assert course.build_labs(solutions, labs) == [labs / "a.ipynb"]
@@ -77,6 +80,41 @@ def test_build_and_check(tmp_path):
     assert not (labs / "orphan.ipynb").exists()
 
 
+def test_build_marks_cells_for_nbgrader_and_stores_references(tmp_path):
+    """Does a build give nbgrader's metadata to exercise and check cells, and write
+    the reference store that use_reference reads?"""
+    solutions, labs, refs = tmp_path / "solutions", tmp_path / "labs", tmp_path / "r"
+    solutions.mkdir()
+    nb = _notebook("from labkit.checks import ddp as checks", SOLUTION, "checks.f(f)",
+                   "print(f(2))")
+    nbformat.write(nb, solutions / "a.ipynb")
+    changed = course.build_labs(solutions, labs, references_dir=refs)
+    assert set(changed) == {solutions / "a.ipynb", labs / "a.ipynb", refs / "a.json"}
+    cells = nbformat.read(solutions / "a.ipynb", as_version=4).cells
+    assert "nbgrader" not in cells[0].metadata and "nbgrader" not in cells[3].metadata
+    assert cells[1].metadata.nbgrader["solution"] is True
+    assert cells[1].metadata.nbgrader["grade"] is False
+    assert cells[2].metadata.nbgrader["grade"] is True
+    assert cells[2].metadata.nbgrader["points"] == 1
+    assert nbformat.read(labs / "a.ipynb", as_version=4).cells[2].metadata.nbgrader[
+        "locked"] is True
+    store = json.loads((refs / "a.json").read_text())
+    assert store["checks"] == "ddp"
+    assert store["exercises"] == [{"key": "f", "kind": "cell", "file": None,
+                                   "title": "", "check": "f",
+                                   "source": "def f(x):\n    return 2 * x"}]
+    assert course.build_labs(solutions, labs, check=True, references_dir=refs) == []
+    (refs / "a.json").write_text("{}")
+    assert course.build_labs(solutions, labs, check=True,
+                             references_dir=refs) == [refs / "a.json"]
+
+
+def test_an_exercise_without_its_check_is_an_error():
+    """Does an exercise cell with no check cell after it fail, naming the cell?"""
+    with pytest.raises(course.CourseError, match="a.ipynb cell 0: the next code cell"):
+        course.exercises(_notebook(SOLUTION, "print(1)"), "a.ipynb")
+
+
 def test_empty_solutions_is_an_error(tmp_path):
     """Does an empty solutions folder fail clearly instead of deleting every lab?"""
     with pytest.raises(course.CourseError, match="No notebooks"):
@@ -84,8 +122,9 @@ def test_empty_solutions_is_an_error(tmp_path):
 
 
 def test_repository_labs_are_up_to_date():
-    """Are the committed labs exactly what build-labs makes from the solutions?"""
-    stale = course.build_labs(ROOT / "solutions", ROOT / "labs", check=True)
+    """Are the committed labs, nbgrader metadata and references what build-labs makes?"""
+    stale = course.build_labs(ROOT / "solutions", ROOT / "labs", check=True,
+                              references_dir=course.REFERENCES)
     assert stale == [], f"stale labs {stale}: run `labkit build-labs`"
 
 

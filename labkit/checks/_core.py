@@ -5,8 +5,25 @@ import math
 __all__ = ["ExerciseFailed", "attempt", "passed", "expect_close"]
 
 
+NOT_DONE = "not done yet"
+
+
 class ExerciseFailed(AssertionError):
-    """The exercise is not solved yet; the message is the hint."""
+    """The exercise is not solved yet; the message is the hint.
+
+    A "not done yet" message always ends with the one line that takes labkit's
+    reference instead (``checks.use_reference(...)``), so a stuck learner can go on.
+    """
+
+    def __init__(self, message: str = ""):
+        if NOT_DONE in message and "use_reference" not in message:
+            from labkit.checks._reference import reference_line
+
+            line = reference_line()
+            if line:
+                message = (f"{message.rstrip()}\nStuck? Go on with labkit's reference "
+                           f"solution instead: {line}")
+        super().__init__(message)
 
 
 def attempt(exercise: str, fn, *args, **kwargs):

@@ -21,9 +21,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labkit import data, local_sgd, models
 from labkit.checks._core import ExerciseFailed, passed
+from labkit.checks._reference import use_reference
 from labkit.checks._programs import first_difference, launch_program, load_program
 
-__all__ = ["allreduce_timing", "cast_hook", "local_sgd_worker", "HOOK_TOLERANCE",
+__all__ = ["use_reference", "allreduce_timing", "cast_hook", "local_sgd_worker", "HOOK_TOLERANCE",
            "spied_timing", "spied_hook", "spied_local_sgd"]
 
 HICCUP_S = 0.5   # the one slow all-reduce the timing check injects on rank 0

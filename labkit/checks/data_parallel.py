@@ -22,10 +22,11 @@ from torch import nn
 
 from labkit import data, dataparallel, models
 from labkit.checks._core import ExerciseFailed, attempt, passed
+from labkit.checks._reference import use_reference
 from labkit.checks._programs import load_program
 from labkit.checks._watch import call, spies
 
-__all__ = ["parallel_apply", "data_parallel_step", "strip_module_prefix",
+__all__ = ["use_reference", "parallel_apply", "data_parallel_step", "strip_module_prefix",
            "GRAD_TOLERANCE", "TOLERANCE"]
 
 GRAD_TOLERANCE = 1e-6   # |gradient handed to optimizer.step() - one model's|

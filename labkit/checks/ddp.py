@@ -28,10 +28,11 @@ from torch.utils.data import DistributedSampler
 
 from labkit import data, models
 from labkit.checks._core import ExerciseFailed, attempt, passed
+from labkit.checks._reference import use_reference
 from labkit.checks._programs import (first_difference, launch_program, load_program,
                                      run_command)
 
-__all__ = ["shard_indices", "allreduce_worker", "ddp_worker", "ddp_under_torchrun",
+__all__ = ["use_reference", "shard_indices", "allreduce_worker", "ddp_worker", "ddp_under_torchrun",
            "one_process_sgd", "one_process_reference", "spied_train"]
 
 TOLERANCE = 1e-5   # DDP vs one process, every parameter (float rounding is ~1e-7)

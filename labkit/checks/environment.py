@@ -4,8 +4,9 @@ from torch import nn
 
 from labkit import estimate, models
 from labkit.checks._core import attempt, expect_close, passed
+from labkit.checks._reference import use_reference
 
-__all__ = ["count_parameters", "training_memory", "allreduce_time"]
+__all__ = ["use_reference", "count_parameters", "training_memory", "allreduce_time"]
 
 
 def count_parameters(fn) -> None:

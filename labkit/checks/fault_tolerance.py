@@ -23,9 +23,10 @@ import torch
 
 from labkit import elastic, snapshots
 from labkit.checks._core import ExerciseFailed, attempt, passed
+from labkit.checks._reference import use_reference
 from labkit.checks._programs import launch_program, load_program
 
-__all__ = ["snapshot_resume", "elastic_restart", "hang_finder", "resumable"]
+__all__ = ["use_reference", "snapshot_resume", "elastic_restart", "hang_finder", "resumable"]
 
 QUICK_CFG = snapshots.Config(steps=24, every=4)   # 8 steps per epoch on 2 ranks
 STOP_AT = 12   # mid-epoch 1: the position and the epoch both matter

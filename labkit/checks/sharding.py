@@ -19,9 +19,10 @@ import torch.nn.functional as F
 
 from labkit import memory_probe, models, sharded, sharding_memory
 from labkit.checks._core import ExerciseFailed, attempt, passed
+from labkit.checks._reference import use_reference
 from labkit.checks._programs import first_difference, launch_program, load_program
 
-__all__ = ["bytes_per_rank", "zero1_worker", "fsdp_worker", "checkpointed_forward",
+__all__ = ["use_reference", "bytes_per_rank", "zero1_worker", "fsdp_worker", "checkpointed_forward",
            "zero1_harness", "fsdp_harness", "TOLERANCE"]
 
 TOLERANCE = 1e-5   # sharded vs DDP, every parameter (measured here: 0.0)

@@ -11,8 +11,9 @@ from torch import nn
 
 from labkit import data, train
 from labkit.checks._core import ExerciseFailed, attempt, passed
+from labkit.checks._reference import use_reference
 
-__all__ = ["device_choice", "mnist_transform", "minibatches", "train_step"]
+__all__ = ["use_reference", "device_choice", "mnist_transform", "minibatches", "train_step"]
 
 
 def device_choice(fn) -> None:

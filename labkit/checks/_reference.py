@@ -1,0 +1,100 @@
+"""A way past every exercise: labkit's reference solution in place of the learner's.
+
+Taught in: every lab (the last line of each "not done yet" message). A stuck learner,
+or an instructor demoing a lab, runs one line, e.g.
+``checks.use_reference("ddp_worker.py")``, and the rest of the lab runs on the
+reference:
+
+- for a program exercise (a ``%%writefile`` cell) the reference module is written
+  where the cell writes it; the learner's own file is kept beside it as ``*.mine``;
+- for an exercise that defines a function in the notebook, the reference cell runs in
+  the notebook's namespace, so the name now means the reference.
+
+The references are the solved cells of ``solutions/``, copied into
+``labkit/references/NN_*.json`` by ``labkit build-labs`` (and checked for drift by
+``labkit build-labs --check``), so the course image ships them without shipping the
+solution notebooks. Going back is re-running your own cell.
+"""
+
+import functools
+import importlib
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["use_reference", "reference_line", "exercise_for"]
+
+_FOLDER = Path(__file__).resolve().parents[1] / "references"
+_CHECKS_PREFIX = "labkit.checks."
+
+
+@functools.cache
+def _stores() -> tuple[dict, ...]:
+    return tuple(json.loads(p.read_text()) for p in sorted(_FOLDER.glob("*.json")))
+
+
+def _all_exercises() -> list[dict]:
+    return [dict(ex, notebook=s["notebook"], checks=s["checks"])
+            for s in _stores() for ex in s["exercises"]]
+
+
+def exercise_for(key: str | None = None, check: tuple[str, str] | None = None):
+    """Return the exercise record for a reference ``key`` or a (checks module, check
+    function) pair; None when there is none."""
+    for ex in _all_exercises():
+        if key is not None and ex["key"] == key:
+            return ex
+        if check is not None and (ex["checks"], ex["check"]) == check:
+            return ex
+    return None
+
+
+def _calling_check() -> tuple[str, str] | None:
+    """Find the check the notebook called: the outermost frame in labkit.checks.*."""
+    frame, found = sys._getframe(1), None
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith(_CHECKS_PREFIX):
+            short = module[len(_CHECKS_PREFIX):]
+            if not short.startswith("_"):
+                found = (short, frame.f_code.co_name)
+        frame = frame.f_back
+    return found
+
+
+def reference_line() -> str | None:
+    """The line that takes the reference for the check now running, or None."""
+    check = _calling_check()
+    ex = exercise_for(check=check) if check else None
+    return f'`checks.use_reference("{ex["key"]}")`' if ex else None
+
+
+def use_reference(key: str) -> None:
+    """Put labkit's reference solution of exercise ``key`` in place of yours.
+
+    ``key`` is the file a program exercise writes (``"ddp_worker.py"``) or the name an
+    exercise cell defines (``"shard_indices"``), as the "not done yet" message says.
+    """
+    ex = exercise_for(key=key)
+    if ex is None:
+        known = ", ".join(repr(e["key"]) for e in _all_exercises())
+        raise KeyError(f"labkit has no reference named {key!r}. Known: {known}.")
+    lab = ex["notebook"].removesuffix(".ipynb")
+    title = ex["title"] or key
+    if ex["kind"] == "file":
+        target = Path(ex["file"])
+        kept = ""
+        if target.exists() and target.read_text() != ex["source"]:
+            mine = target.with_name(target.name + ".mine")
+            mine.write_text(target.read_text())
+            kept = f" Your version is kept as {mine}."
+        target.write_text(ex["source"])
+        sys.modules.pop(target.stem, None)   # the next import reads the reference
+        importlib.invalidate_caches()
+        back = f"re-run your `%%writefile {ex['file']}` cell.{kept}"
+    else:
+        namespace = sys._getframe(1).f_globals   # the notebook's, when called from it
+        exec(compile(ex["source"], f"<labkit reference: {key}>", "exec"), namespace)
+        back = "re-run your own exercise cell."
+    print(f"⚠️  {title} ({lab}): now running labkit's REFERENCE solution for `{key}`, "
+          f"not your code. The rest of the lab uses it. To go back to your own, {back}")

@@ -1,0 +1,37 @@
+"""Predictions, recorded before the measurement and shown next to it.
+
+Taught in: every lab's "Predict" cells. A Predict cell is a small code cell in which
+the learner writes a guess down (``my_guess = ...``) before running the measurement;
+the measurement cell then calls ``reveal`` with that guess, what the theory predicts
+and what was measured, so the three stand side by side:
+
+    my_guess = ...   # your guess: the speed-up of 2 ranks over 1
+    ...
+    labkit.reveal(my_guess, measured=speedup, theory=2.0, what="2 ranks vs 1", unit="x")
+
+A guess left as ``...`` (or None) is reported as not recorded, never as wrong: a
+prediction is for learning, not for grading.
+"""
+
+__all__ = ["reveal"]
+
+
+def _show(value, unit: str) -> str:
+    if isinstance(value, float):
+        text = f"{value:.3g}"
+    else:
+        text = str(value)
+    return f"{text}{unit}" if unit in ("x", "%") else f"{text} {unit}".rstrip()
+
+
+def reveal(guess, measured, theory=None, what: str = "", unit: str = "") -> str:
+    """Print (and return) the recorded guess next to the theory and the measurement."""
+    parts = [f"{what}:" if what else "",
+             "your guess " + (_show(guess, unit) if guess not in (None, Ellipsis)
+                              else "(not recorded: set it in the Predict cell above)")]
+    if theory is not None:
+        parts.append(f"theory {_show(theory, unit)}")
+    parts.append(f"measured {_show(measured, unit)}")
+    line = " ".join(parts[:1] + ["  |  ".join(parts[1:])]).strip()
+    print(line)
+    return line
