@@ -34,13 +34,17 @@ from labkit import hardware
 
 __all__ = ["RankContext", "RankSpec", "Rank", "RANK_ENV", "import_worker",
            "classify", "start_rank", "stop", "start_server", "stack_of",
-           "descendants", "kill_all", "stop_tree"]
+           "descendants", "kill_all", "stop_tree", "pin_device", "init_group"]
 
 # Imported once by the forkserver, so each rank starts with them already loaded.
 # torch._dynamo is what the first DistributedDataParallel(...) imports (about 2-3 s
 # per rank per launch otherwise); importing it leaves the server single-threaded.
-# labkit.data brings torchvision (about 1 s per rank otherwise); none touches CUDA.
+# labkit.data brings torchvision (about 1 s per rank otherwise). None of them queries
+# CUDA (tests/test_launch.py checks it), and the server runs with NVML_CHECK set, so
+# that a later ``torch.cuda.is_available()`` there would ask NVML, not the CUDA driver:
+# a process whose CUDA driver was initialised cannot fork ranks that use CUDA.
 PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "labkit.launch", "labkit.data"]
+NVML_CHECK = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 STOP_S = 5.0   # seconds a rank gets to exit before it is killed
 RANK_ENV = "LABKIT_RANK"   # set inside every launched rank (labkit.data reads it)
 STACK_SIGNAL = signal.SIGUSR1
@@ -164,18 +168,44 @@ def watch_parent(control) -> threading.Event:
     return released
 
 
-def init_rank(spec: RankSpec, rank: int) -> RankContext:
-    """Pin the device, join the store and bring the default process group up."""
-    device = spec.setup.device(rank)
+def pin_device(device: torch.device, threads: int | None) -> None:
+    """Give this rank its CPU threads and, on NCCL, its own GPU (before any CUDA use).
+
+    GPU ranks are capped too: each still runs CPU work (data, the optimizer's Python,
+    NCCL's proxy threads), and N ranks with all cores each would fight over them.
+    """
+    if threads is not None:
+        torch.set_num_threads(threads)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    else:
-        torch.set_num_threads(spec.threads_per_rank)
+
+
+def init_group(backend: str, device: torch.device, **kwargs) -> None:
+    """``init_process_group``, bound to this rank's GPU on NCCL (``device_id``).
+
+    With ``device_id`` NCCL knows each rank's GPU from the start: it creates its
+    communicator at once (an error shows here, not in the first collective), and
+    ``barrier`` no longer has to guess which GPU a rank uses.
+    """
+    if device.type == "cuda":
+        kwargs["device_id"] = device
+    dist.init_process_group(backend, **kwargs)
+
+
+def init_rank(spec: RankSpec, rank: int) -> RankContext:
+    """Pin the threads and the device, join the store, bring the process group up."""
+    device = spec.setup.device(rank)
+    if device.type == "cuda" and torch.cuda.is_initialized():
+        raise RuntimeError(   # inherited from the process this rank was forked from
+            "CUDA was already initialised in this rank before it chose its GPU: the "
+            "process it was forked from had used CUDA. Set "
+            "os.environ['LABKIT_START_METHOD'] = 'spawn' and launch again.")
+    pin_device(device, spec.threads_per_rank)
     timeout = datetime.timedelta(seconds=spec.timeout)
     store = dist.TCPStore("127.0.0.1", spec.port, spec.setup.world_size,
                           is_master=False, timeout=timeout)
-    dist.init_process_group(spec.setup.backend, store=store, rank=rank,
-                            world_size=spec.setup.world_size, timeout=timeout)
+    init_group(spec.setup.backend, device, store=store, rank=rank,
+               world_size=spec.setup.world_size, timeout=timeout)
     return RankContext(rank, spec.setup.world_size, rank, spec.setup.backend, device)
 
 
@@ -225,11 +255,25 @@ def _context():
 
 
 def start_server() -> None:
-    """Start the forkserver now; it imports ``PRELOAD`` in the background."""
+    """Start the forkserver now, with ``NVML_CHECK`` set; it imports ``PRELOAD``.
+
+    The server copies this process's environment when it starts, so the variables
+    are set just for that moment; ranks get the parent's environment of each launch.
+    """
     context = _context()
-    if context.get_start_method() == "forkserver":
-        from multiprocessing import forkserver
+    if context.get_start_method() != "forkserver":
+        return
+    from multiprocessing import forkserver
+    saved = {name: os.environ.get(name) for name in NVML_CHECK}
+    os.environ.update(NVML_CHECK)
+    try:
         forkserver.ensure_running()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @dataclass
@@ -244,6 +288,7 @@ class Rank:
 
 def start_rank(spec: RankSpec, rank: int) -> Rank:
     """Start one rank, with a pipe for its result and one to release it."""
+    start_server()   # already running: returns at once
     context = _context()
     results_in, results_out = context.Pipe(duplex=False)
     control_in, control_out = context.Pipe(duplex=False)

@@ -5,6 +5,7 @@ inside the torch wheel, PATH/LD_LIBRARY_PATH); ``choose`` opens every later lab.
 Nothing here initialises CUDA in the calling process, so it is safe before a fork.
 """
 
+import json
 import math
 import os
 import platform
@@ -19,7 +20,12 @@ import torch.distributed as dist
 __all__ = [
     "Setup",
     "BACKENDS",
+    "CHOICE_LOG_ENV",
     "choose",
+    "remember_lab",
+    "lab_setup",
+    "record_choice",
+    "driver_compatibility",
     "as_device",
     "cpu_count",
     "memory_available_bytes",
@@ -28,6 +34,13 @@ __all__ = [
 ]
 
 BACKENDS = ("auto", "nccl", "gloo")
+# When set, every backend a lab or a launch really uses is appended there as one JSON
+# line (env/gpu_check.py reads it to report what each notebook ran on).
+CHOICE_LOG_ENV = "LABKIT_CHOICE_LOG"
+# The oldest driver (major version) each CUDA major runs on, by CUDA's minor-version
+# compatibility: a wheel built with any 12.x runs on a driver >= 525, any 13.x on a
+# driver >= 580 (NVIDIA, "CUDA Compatibility", minor version compatibility table).
+MIN_DRIVER = {11: 450, 12: 525, 13: 580}
 
 
 @dataclass(frozen=True)
@@ -44,6 +57,37 @@ class Setup:
         if self.device_type == "cuda":
             return torch.device("cuda", rank % max(1, torch.cuda.device_count()))
         return torch.device("cpu")
+
+    def devices(self) -> str:
+        """Say which devices the ranks use: "cuda:0,cuda:1", or "cpu x2"."""
+        if self.device_type == "cuda":
+            return ",".join(str(self.device(r)) for r in range(self.world_size))
+        return f"cpu x{self.world_size}"
+
+
+_LAB: list = []   # the Setup of the lab running in this process (labkit.begin)
+
+
+def remember_lab(setup: Setup) -> None:
+    """Note ``setup`` as this lab's (``labkit.begin`` does, once per notebook)."""
+    _LAB[:] = [setup]
+
+
+def lab_setup() -> Setup | None:
+    """Return the Setup ``labkit.begin`` chose in this process, or None."""
+    return _LAB[0] if _LAB else None
+
+
+def record_choice(where: str, setup: Setup, what: str = "") -> None:
+    """Append what ran where to the file ``LABKIT_CHOICE_LOG`` names (if set)."""
+    path = os.environ.get(CHOICE_LOG_ENV)
+    if not path:
+        return
+    line = {"where": where, "what": what, "backend": setup.backend,
+            "device_type": setup.device_type, "world_size": setup.world_size,
+            "devices": setup.devices()}
+    with open(path, "a") as f:
+        f.write(json.dumps(line) + "\n")
 
 
 CGROUP = "/sys/fs/cgroup"   # cgroup v2: where a container's CPU and memory limits live
@@ -247,6 +291,38 @@ def _gpu_rows() -> list[tuple[str, str]]:
     return rows
 
 
+def driver_compatibility(driver: str | None, wheel_cuda: str | None) -> str:
+    """Say whether an NVIDIA driver (e.g. "570.86.15") runs a wheel's CUDA ("13.0").
+
+    CUDA's minor-version compatibility: a program built with any CUDA 13.x runs on
+    every driver >= 580, the oldest driver of the 13 family, even one whose
+    ``nvidia-smi`` header says an older 13.y; across majors it does not (a CUDA 13
+    wheel on a 570 driver: "The NVIDIA driver on your system is too old"). A few
+    features (compiling PTX newer than the driver) need the newer driver.
+    """
+    if not wheel_cuda:
+        return "CPU-only wheel: no NVIDIA driver needed"
+    major = int(wheel_cuda.split(".")[0])
+    need = MIN_DRIVER.get(major)
+    rule = (f"CUDA {major}.x runs on drivers >= {need} (minor-version compatibility: "
+            "same major, at least its oldest driver)") if need else ""
+    if driver is None:
+        return f"no NVIDIA driver found; this wheel is CUDA {wheel_cuda}: {rule}"
+    have = int(driver.split(".")[0])
+    if need is None or have >= need:
+        return f"driver {driver} runs this wheel's CUDA {wheel_cuda}: {rule}"
+    fits = [m for m, oldest in sorted(MIN_DRIVER.items()) if have >= oldest]
+    instead = f", or install a wheel built for CUDA {fits[-1]}.x" if fits else ""
+    return (f"driver {driver} is too old for this wheel's CUDA {wheel_cuda}: {rule}. "
+            f"Update the driver{instead}")
+
+
+def _driver_version() -> str | None:
+    """Return the NVIDIA driver's version from nvidia-smi, or None without one."""
+    smi = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    return smi.splitlines()[0].strip() if smi else None
+
+
 def report() -> list[tuple[str, str]]:
     """Collect the environment as (label, value) rows; works with no GPU."""
     nvcc = _run(["nvcc", "--version"])
@@ -258,6 +334,7 @@ def report() -> list[tuple[str, str]]:
         ("torch.cuda.is_available()", str(torch.cuda.is_available())),
         ("torch.cuda.device_count()", str(torch.cuda.device_count())),
         *_gpu_rows(),
+        ("driver vs wheel", driver_compatibility(_driver_version(), torch.version.cuda)),
         (
             "nvcc (CUDA toolkit on PATH)",
             nvcc.splitlines()[-1]
@@ -274,7 +351,7 @@ def report() -> list[tuple[str, str]]:
     ]
     for i in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(i)
-        rows.append(
+        rows.append(   # total_memory is bytes; GiB = 2**30 bytes (nvidia-smi: MiB)
             (f"cuda:{i}", f"{props.name}, {props.total_memory / 2**30:.1f} GiB")
         )
     return rows

@@ -16,6 +16,7 @@ import os
 import pickle
 import re
 import signal
+import sys
 import tempfile
 import time
 from multiprocessing import connection
@@ -124,16 +125,18 @@ def _check_capacity(setup: hardware.Setup, threads_per_rank: int,
     """Refuse, before starting anything, a launch this machine cannot hold.
 
     On a shared classroom server an absurd ``world_size`` would take every learner
-    down: CPU ranks are capped at ``RANKS_PER_CORE`` threads per usable core, and all
-    ranks together must fit in the memory available now.
+    down: all ranks' CPU threads (GPU ranks have some too) are capped at
+    ``RANKS_PER_CORE`` per usable core, and all ranks together must fit in the
+    memory available now.
     """
     if allow_oversubscription:
         return
     cores, ranks = hardware.cpu_count(), setup.world_size
     override = "pass allow_oversubscription=True to launch.run if you really mean it"
-    if setup.device_type == "cpu" and ranks * threads_per_rank > RANKS_PER_CORE * cores:
+    if ranks * threads_per_rank > RANKS_PER_CORE * cores:
         raise LaunchError(
-            f"{ranks} CPU rank(s) x {threads_per_rank} thread(s) on {cores} usable "
+            f"{ranks} {setup.device_type.upper()} rank(s) x {threads_per_rank} CPU "
+            f"thread(s) on {cores} usable "
             f"core(s) is over the limit of {RANKS_PER_CORE * cores} threads "
             f"({RANKS_PER_CORE} per core) that keeps this machine usable for everyone "
             f"on it. Use world_size <= {RANKS_PER_CORE * cores // threads_per_rank}, "
@@ -312,17 +315,39 @@ def _collect(ranks: list[_spawn.Rank], timeout: float, deadline: float,
     return [results[i] for i in range(len(ranks))]
 
 
+def _choose(world_size: int, backend: str) -> hardware.Setup:
+    """Choose this job's backend and print it, with a note if it is not the lab's.
+
+    "auto" decides by the job's size: NCCL only with at least ``world_size`` GPUs.
+    So on a 1-GPU machine a 1-rank job takes the GPU while a 2-rank job runs on CPU
+    ranks; a lab that compares them passes its one backend (``setup.backend``).
+    """
+    setup = hardware.choose(world_size, backend, verbose=False)   # raises if impossible
+    print(f"Backend: {setup.backend} on {setup.device_type}, {world_size} rank(s) - "
+          f"{setup.reason}")
+    lab = hardware.lab_setup()
+    if backend == "auto" and lab is not None and lab.backend != setup.backend:
+        print(f"Note: this lab set up {lab.backend} on {lab.device_type} "
+              f"({lab.world_size} rank(s)), but this {world_size}-rank job chose "
+              f"{setup.backend} by its size. Jobs whose numbers are compared should "
+              "share one backend: pass backend=setup.backend.")
+    return setup
+
+
 def run(worker, world_size: int = 2, args: tuple = (), backend: str = "auto",
         timeout: float = 60.0, threads_per_rank: int = 1, deadline: float | None = None,
         report_every: float = 20.0, allow_oversubscription: bool = False) -> list:
     """Run ``worker(ctx, *args)`` on ``world_size`` ranks; return each rank's result.
 
     The process group is up when ``worker`` starts and torn down after it returns.
+    ``backend``: "auto" (NCCL with one GPU per rank when there are ``world_size``
+    GPUs, else gloo on CPU ranks; printed), "nccl" or "gloo"; a lab passes the one
+    its setup chose, ``backend=setup.backend``, so that all its jobs share it.
     ``timeout`` (s) bounds each collective, and how long the last rank may run after
     the first one finished. ``deadline`` (s, default 20 x timeout) bounds the whole
-    launch; every ``report_every`` s a line says where each unfinished rank is. CPU
-    ranks get ``threads_per_rank`` threads each. A launch this machine cannot hold
-    is refused unless ``allow_oversubscription``.
+    launch; every ``report_every`` s a line says where each unfinished rank is. Each
+    rank, CPU or GPU, gets ``threads_per_rank`` CPU threads. A launch this machine
+    cannot hold is refused unless ``allow_oversubscription``.
     """
     _check_worker(worker)
     _check_positive("timeout", timeout)
@@ -331,12 +356,13 @@ def run(worker, world_size: int = 2, args: tuple = (), backend: str = "auto",
     _check_positive("deadline", deadline)
     _check_positive("report_every", report_every)
     payload = _pickle_args(args)
-    setup = hardware.choose(world_size, backend)   # prints why; raises if impossible
+    setup = _choose(world_size, backend)
     _check_capacity(setup, threads_per_rank, allow_oversubscription)
     store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True,
                           wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=timeout))
     name = f"{worker.__module__}.{worker.__qualname__}"
+    hardware.record_choice("launch", setup, name)
     print(f"Launching {world_size} rank(s) of {name} ({setup.backend}, rendezvous on "
           f"127.0.0.1:{store.port})")
     start, ranks, results = time.perf_counter(), [], None
@@ -377,19 +403,21 @@ def init_from_env(backend: str = "auto", timeout: float = 60.0,
                   threads_per_rank: int | None = None) -> RankContext:
     """Join the process group torchrun describes (env://); return this rank's context.
 
-    The backend is chosen per node (one GPU per local rank, else gloo) and printed by
-    rank 0. ``threads_per_rank=None`` keeps torch's (torchrun sets OMP_NUM_THREADS=1).
+    "auto" chooses one backend for the whole job, from the node's size: NCCL only when
+    the node has a GPU for each of its ``LOCAL_WORLD_SIZE`` ranks, else gloo on CPU
+    ranks; rank 0 prints it. On NCCL the group is bound to the rank's GPU
+    (``device_id``). ``threads_per_rank`` caps each rank's CPU threads, GPU ranks
+    included; ``None`` keeps torch's (torchrun sets OMP_NUM_THREADS=1).
     """
     rank, world_size = _env_int("RANK"), _env_int("WORLD_SIZE")
     local_rank = _env_int("LOCAL_RANK")
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     setup = hardware.choose(local_world_size, backend, verbose=rank == 0)
     device = setup.device(local_rank)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    elif threads_per_rank is not None:
-        torch.set_num_threads(threads_per_rank)
-    dist.init_process_group(setup.backend, init_method="env://", rank=rank,
-                            world_size=world_size,
-                            timeout=datetime.timedelta(seconds=timeout))
+    _spawn.pin_device(device, threads_per_rank)
+    _spawn.init_group(setup.backend, device, init_method="env://", rank=rank,
+                      world_size=world_size,
+                      timeout=datetime.timedelta(seconds=timeout))
+    if rank == 0:
+        hardware.record_choice("init_from_env", setup, os.path.basename(sys.argv[0]))
     return RankContext(rank, world_size, local_rank, setup.backend, device)

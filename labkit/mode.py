@@ -37,9 +37,14 @@ def describe() -> str:
 def begin(world_size: int = 1, backend: str = "auto", mnist: bool = False):
     """Print the mode, the hardware found and the backend this lab will use; return it.
 
-    Returns a ``hardware.Setup`` (backend, device type, world size and the reason).
-    With several ranks it also starts ``launch.warm_up()`` so the first launch is quick.
-    ``mnist=True`` prepares MNIST here, once, before any rank needs it.
+    Returns a ``hardware.Setup`` (backend, device type, world size and the reason):
+    the lab's one backend. "auto" takes NCCL only when there is a GPU for each of
+    ``world_size`` ranks, else gloo on CPU ranks. Pass ``backend=setup.backend`` to
+    every ``launch.run`` whose numbers the lab compares (1 rank vs 2, say): a 1-rank
+    job left to "auto" would take the GPU that a 2-rank job cannot, and a launch
+    prints a note when that happens. With several ranks it also starts
+    ``launch.warm_up()`` so the first launch is quick. ``mnist=True`` prepares MNIST
+    here, once, before any rank needs it.
     """
     import torch
 
@@ -55,6 +60,8 @@ def begin(world_size: int = 1, backend: str = "auto", mnist: bool = False):
         f", {hardware.cpu_count()} CPU core(s) available"
     )
     setup = hardware.choose(world_size, backend)
+    hardware.remember_lab(setup)
+    hardware.record_choice("begin", setup)
     if world_size > 1:   # start the rank factory in the background: launches are quick
         from labkit import launch
 

@@ -123,3 +123,28 @@ def test_data_and_fit_refuse_an_absent_gpu(mnist_root):
         data.DeviceData.mnist(train=False, device=absent, limit=4, root=mnist_root)
     with pytest.raises(ValueError, match="Unknown device"):
         train.fit(None, None, None, 1, None, device="tpu0", plot=False)
+
+
+@pytest.mark.parametrize("driver, wheel, words", [
+    ("580.65.06", "13.2", "runs this wheel's CUDA 13.2"),    # 13.x on any 13 driver
+    ("570.86.15", "13.0", "too old .* Update the driver, or install a wheel built for "
+                          "CUDA 12.x"),
+    ("525.60.13", "12.8", "runs this wheel's CUDA 12.8"),    # minor-version compatible
+    (None, "13.0", "no NVIDIA driver found.*drivers >= 580"),
+    (None, None, "CPU-only wheel"),
+])
+def test_driver_compatibility_follows_the_minor_version_rule(driver, wheel, words):
+    """Same CUDA major and at least that major's oldest driver: does it say so?"""
+    assert re.search(words, hardware.driver_compatibility(driver, wheel))
+
+
+def test_report_says_whether_the_driver_runs_the_wheel():
+    """Does the environment report carry the driver-vs-wheel row?"""
+    rows = dict(hardware.report())
+    assert "minor-version compatibility" in rows["driver vs wheel"] or \
+        "CPU-only" in rows["driver vs wheel"]
+
+
+def test_setup_names_its_devices():
+    """Does a Setup say which devices its ranks use?"""
+    assert hardware.Setup("gloo", "cpu", 2, "why").devices() == "cpu x2"

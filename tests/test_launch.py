@@ -83,6 +83,10 @@ def read_environment(ctx, name):
     return os.environ.get(name)
 
 
+def cuda_state(ctx):
+    return {"initialized": torch.cuda.is_initialized(), "threads": torch.get_num_threads()}
+
+
 def write_pid_then_sleep(ctx, folder):
     with open(os.path.join(folder, f"rank{ctx.rank}.pid"), "w") as f:
         f.write(str(os.getpid()))
@@ -487,6 +491,119 @@ def test_init_from_env_joins_a_one_rank_group(monkeypatch):
         torch.set_num_threads(before)
 
 
+# ---------------------------------------------------------------- one backend, CUDA-safe
+
+
+_TRACE_CUDA = """
+import importlib, sys, torch
+calls = []
+for name in ("_cuda_getDeviceCount", "_cuda_init"):
+    real = getattr(torch._C, name)
+    setattr(torch._C, name, lambda *a, _real=real, _name=name: calls.append(_name)
+            or _real(*a))
+from labkit import _spawn
+for module in _spawn.PRELOAD:
+    importlib.import_module(module)
+print(calls, torch.cuda.is_initialized())
+"""
+
+
+def test_forkserver_preload_never_asks_cuda():
+    """Does importing the forkserver's PRELOAD leave CUDA alone (no driver query)?
+
+    Any count or availability check reaches ``_cuda_getDeviceCount`` here (no NVML on
+    this machine to answer instead), so none being called means none was made.
+    """
+    done = subprocess.run([sys.executable, "-c", _TRACE_CUDA], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("\n")[-2] == "[] False"
+
+
+def test_forkserver_runs_with_the_nvml_check_and_ranks_start_cuda_free(monkeypatch):
+    """Does the forkserver run with PYTORCH_NVML_BASED_CUDA_CHECK=1, leaving the
+    notebook's environment as it was, and do its ranks start with CUDA untouched?"""
+    from multiprocessing import forkserver
+
+    monkeypatch.delenv("PYTORCH_NVML_BASED_CUDA_CHECK", raising=False)
+    launch.warm_up()
+    assert "PYTORCH_NVML_BASED_CUDA_CHECK" not in os.environ
+    state = run_gloo(cuda_state, world_size=1)[0]   # the server is up by now
+    assert state == {"initialized": False, "threads": 1}
+    server = forkserver._forkserver._forkserver_pid
+    with open(f"/proc/{server}/environ", "rb") as f:
+        assert b"PYTORCH_NVML_BASED_CUDA_CHECK=1" in f.read().split(b"\0")
+
+
+def test_one_rank_job_prints_its_backend_and_notes_a_different_lab_backend(capsys):
+    """Does a 1-rank launch print its backend, and say so when the lab chose another?"""
+    from labkit import hardware
+
+    try:
+        hardware.remember_lab(hardware.Setup("nccl", "cuda", 2, "a lab on 2 GPUs"))
+        launch.run(rank_and_sum, world_size=1, args=(0,))
+        auto = capsys.readouterr().out
+        launch.run(rank_and_sum, world_size=1, args=(0,), backend="gloo")
+        passed = capsys.readouterr().out
+    finally:
+        hardware._LAB.clear()
+    chosen = hardware.choose(1, verbose=False)
+    assert f"Backend: {chosen.backend} on {chosen.device_type}, 1 rank(s)" in auto
+    if chosen.backend != "nccl":
+        assert "this lab set up nccl on cuda (2 rank(s))" in auto
+        assert "pass backend=setup.backend" in auto
+    assert "Note:" not in passed   # a backend passed explicitly is never second-guessed
+
+
+def test_every_choice_is_recorded_when_asked(tmp_path, monkeypatch):
+    """With LABKIT_CHOICE_LOG set, does begin and each launch append what it chose?"""
+    import json
+
+    import labkit
+
+    log = tmp_path / "choices.jsonl"
+    monkeypatch.setenv("LABKIT_CHOICE_LOG", str(log))
+    try:
+        labkit.begin(world_size=1, backend="gloo")
+        run_gloo(rank_and_sum, world_size=2, args=(0,))
+    finally:
+        launch.hardware._LAB.clear()
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(r["where"], r["backend"], r["world_size"], r["devices"]) for r in lines] == [
+        ("begin", "gloo", 1, "cpu x1"), ("launch", "gloo", 2, "cpu x2")]
+    assert lines[1]["what"] == "test_launch.rank_and_sum"
+
+
+def test_nccl_groups_are_bound_to_their_gpu_and_gpu_ranks_get_their_threads(
+        monkeypatch):
+    """Does a CUDA rank get threads_per_rank threads and device_id=<its GPU>?
+
+    Faked on CPU (set_device and init_process_group recorded, not run); the signature
+    check makes sure this torch takes a torch.device for ``device_id``.
+    """
+    import inspect
+
+    from labkit import _spawn
+
+    assert "device_id" in inspect.signature(dist.init_process_group).parameters
+    seen = {}
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: seen.update(set=d))
+    monkeypatch.setattr(dist, "init_process_group",
+                        lambda backend, **kw: seen.update(backend=backend, **kw))
+    before = torch.get_num_threads()
+    gpu = torch.device("cuda", 1)
+    try:
+        _spawn.pin_device(gpu, 3)
+        assert torch.get_num_threads() == 3 and seen["set"] == gpu
+        _spawn.init_group("nccl", gpu, rank=1, world_size=2)
+        assert seen["device_id"] == gpu and seen["backend"] == "nccl"
+        seen.clear()
+        _spawn.init_group("gloo", torch.device("cpu"), rank=0, world_size=2)
+        assert "device_id" not in seen
+    finally:
+        torch.set_num_threads(before)
+
+
 # ---------------------------------------------------------------- GPUs (else skipped)
 
 
@@ -498,7 +615,7 @@ def test_nccl_ranks_get_their_own_gpu():
     world_size = torch.cuda.device_count()
     results = launch.run(rank_and_sum, world_size=world_size, args=(0,), backend="nccl")
     assert [r["device"] for r in results] == [f"cuda:{i}" for i in range(world_size)]
-    assert all(r["backend"] == "nccl" for r in results)
+    assert all(r["backend"] == "nccl" and r["threads"] == 1 for r in results)
 
 
 _TORCHRUN_SCRIPT = """
