@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["replica_devices", "exact_float32", "dataparallel_memory"]
+__all__ = ["replica_devices", "exact_float32", "float32_precisions",
+           "dataparallel_memory"]
 
 
 def replica_devices(num_replicas: int, verbose: bool = True) -> list[torch.device]:
@@ -36,6 +37,31 @@ def replica_devices(num_replicas: int, verbose: bool = True) -> list[torch.devic
     return devices
 
 
+def _tf32_switches() -> dict:
+    """Return {name: (get, set)} for this torch's TF32 switches.
+
+    torch >= 2.9: ``fp32_precision`` ("ieee" = plain float32, "tf32") for cuBLAS
+    matmuls and cuDNN convolutions and RNNs; older torch: the ``allow_tf32`` flags
+    (deprecated since 2.9, and a mix of the two APIs makes torch raise).
+    """
+    backends = torch.backends
+    if hasattr(backends.cudnn, "conv"):   # the fp32_precision API
+        owners = {"matmul": backends.cuda.matmul, "conv": backends.cudnn.conv,
+                  "rnn": backends.cudnn.rnn}
+        return {name: (lambda o=o: o.fp32_precision,
+                       lambda value, o=o: setattr(o, "fp32_precision", value))
+                for name, o in owners.items()}
+    owners = {"matmul": backends.cuda.matmul, "cudnn": backends.cudnn}
+    return {name: (lambda o=o: o.allow_tf32,
+                   lambda value, o=o: setattr(o, "allow_tf32", value))
+            for name, o in owners.items()}
+
+
+def float32_precisions() -> dict:
+    """Return the TF32 switches now: "ieee"/"tf32" (torch >= 2.9) or allow_tf32."""
+    return {name: get() for name, (get, _) in _tf32_switches().items()}
+
+
 @contextmanager
 def exact_float32():
     """Run the block with TF32 off (cuDNN convolutions and matmuls), then restore.
@@ -43,14 +69,21 @@ def exact_float32():
     On NVIDIA GPUs since Ampere, cuDNN runs float32 convolutions in TF32 (a 10-bit
     mantissa) by default, so two ways of computing one gradient differ by ~1e-3
     instead of ~1e-7: too much for an equality proof. On a CPU nothing changes.
+    Uses ``torch.backends.cuda.matmul.fp32_precision`` and
+    ``torch.backends.cudnn.conv/rnn.fp32_precision = "ieee"`` (torch >= 2.9), else the
+    older ``allow_tf32`` flags; inside the block read them with
+    ``float32_precisions()`` (the old getters refuse a mix of the two APIs).
     """
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
+    switches = _tf32_switches()
+    saved = {name: get() for name, (get, _) in switches.items()}
+    off = "ieee" if "conv" in switches else False
     try:
+        for _, put in switches.values():
+            put(off)
         yield
     finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+        for name, (_, put) in switches.items():
+            put(saved[name])
 
 
 def dataparallel_memory(model: nn.Module, batch: int = 512) -> list[int] | None:

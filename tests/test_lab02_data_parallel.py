@@ -266,12 +266,13 @@ def test_replica_devices_refuses_bad_counts(bad):
 
 def test_exact_float32_restores_the_flags():
     """Does exact_float32 switch TF32 off inside and restore the flags after?"""
-    before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    before = dataparallel.float32_precisions()
     with dataparallel.exact_float32():
-        assert not torch.backends.cudnn.allow_tf32
-        assert not torch.backends.cuda.matmul.allow_tf32
-    assert (torch.backends.cudnn.allow_tf32,
-            torch.backends.cuda.matmul.allow_tf32) == before
+        inside = dataparallel.float32_precisions()
+        assert set(inside.values()) <= {"ieee", False}, inside
+    assert dataparallel.float32_precisions() == before
+    if hasattr(torch.backends.cudnn, "conv"):   # torch >= 2.9: the current API
+        assert set(inside) == {"matmul", "conv", "rnn"}
 
 
 def test_dataparallel_memory_without_two_gpus(capsys):
