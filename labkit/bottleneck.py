@@ -23,8 +23,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from labkit import data, models
 from labkit.train import synchronize
 
-__all__ = ["PHASES", "step_seconds", "profile_step", "straggler", "draw_straggler",
-           "GpuMonitor"]
+__all__ = ["PHASES", "step_seconds", "profile_step", "allreduce_ms", "Marks",
+           "straggler", "draw_straggler", "GpuMonitor"]
 
 PHASES = ("data loading", "forward", "backward + all-reduce", "optimizer")
 
@@ -88,12 +88,36 @@ def _one_step(ctx, model, optimizer, batches) -> None:
 
 
 def _rows(prof, steps: int, top: int) -> list[dict]:
-    """The profiler's key averages as plain rows (ms per step), largest total first."""
+    """The profiler's key averages as plain rows (ms per step), largest total first.
+
+    ``total_ms`` / ``self_ms`` are CPU time; ``device_ms`` is the time the op's
+    kernels ran on the GPU (0 on CPU ranks). On a GPU the CPU side of a collective
+    only enqueues it: its cost is in ``device_ms``. Rows sort by the larger of the two.
+    """
     rows = [{"name": e.key, "calls": e.count // steps,
              "total_ms": e.cpu_time_total / 1e3 / steps,
-             "self_ms": e.self_cpu_time_total / 1e3 / steps}
+             "self_ms": e.self_cpu_time_total / 1e3 / steps,
+             "device_ms": getattr(e, "device_time_total", 0.0) / 1e3 / steps}
             for e in prof.key_averages()]
-    return sorted(rows, key=lambda r: -r["total_ms"])[:top]
+    return sorted(rows, key=lambda r: -max(r["total_ms"], r["device_ms"]))[:top]
+
+
+def _is_allreduce(name: str) -> bool:
+    """gloo:all_reduce, nccl:all_reduce, c10d::allreduce_, ncclDevKernel_AllReduce_..."""
+    return "allreduce" in name.lower().replace("_", "")
+
+
+def allreduce_ms(rows: list[dict], on_gpu: bool) -> float:
+    """The all-reduce's ms per step from profiler rows: GPU kernel time on a GPU
+    (the NCCL kernels' rows), CPU time of the all-reduce ops on CPU ranks."""
+    if on_gpu:
+        kernels = [r for r in rows if _is_allreduce(r["name"]) and r["total_ms"] == 0
+                   and r["device_ms"] > 0]
+        if kernels:
+            return sum(r["device_ms"] for r in kernels)
+        return max((r["device_ms"] for r in rows if _is_allreduce(r["name"])),
+                   default=0.0)
+    return sum(r["total_ms"] for r in rows if "all_reduce" in r["name"])
 
 
 @contextmanager
@@ -142,9 +166,43 @@ def profile_step(ctx, folder: str, steps: int = 2, warmup: int = 3,
     by_name = {row["name"]: row for row in rows}
     return {"rank": ctx.rank, "trace": trace,
             "phases_ms": {p: by_name[p]["total_ms"] for p in PHASES if p in by_name},
-            "allreduce_ms": sum(r["total_ms"] for r in rows
-                                if "all_reduce" in r["name"]),
+            "allreduce_ms": allreduce_ms(rows, ctx.device.type == "cuda"),
+            "time": "GPU kernel time" if ctx.device.type == "cuda" else "CPU time",
             "top": rows[:top]}
+
+
+class Marks:
+    """Labelled points in time of one step, on the clock that sees the work finish.
+
+    CPU ranks: ``time.perf_counter()``. CUDA ranks: CUDA events recorded on the
+    current stream, read after a synchronize, so a point means "the GPU got here".
+    (NCCL completes a work's future when the collective is enqueued, not done: a
+    CPU clock in ``Future.then`` reads ~0 for the all-reduce on every rank.) A
+    ``then`` callback runs on streams synchronised with the collective's, so an event
+    recorded there completes when the all-reduce has.
+    """
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.points: list = []
+
+    def clear(self) -> None:
+        self.points.clear()
+
+    def mark(self, label: str) -> None:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.points.append((label, event))
+        else:
+            self.points.append((label, time.perf_counter()))
+
+    def ms(self, first: str, last: str) -> float:
+        """ms from the first point labelled ``first`` to the last labelled ``last``
+        (on CUDA, call after ``torch.cuda.synchronize()``)."""
+        a = next(p for label, p in self.points if label == first)
+        b = next(p for label, p in reversed(self.points) if label == last)
+        return a.elapsed_time(b) if self.cuda else 1e3 * (b - a)
 
 
 def straggler(ctx, steps: int = 10, extra_s: float = 0.0, slow_rank: int = 1) -> dict:
@@ -152,17 +210,21 @@ def straggler(ctx, steps: int = 10, extra_s: float = 0.0, slow_rank: int = 1) ->
 
     The extra work is a sleep before the forward pass (a rank whose data arrives late,
     or whose GPU is slower). For each step, this rank's timings in ms: ``compute``
-    (step start until its gradients are ready), ``wait`` (gradients ready until the
+    (step start until its first gradient bucket is ready), ``wait`` (until its last
     all-reduce is done: waiting for the slowest rank plus the transfer) and ``step``.
+    Read on the CPU clock for CPU ranks, on CUDA events for GPU ranks (``Marks``).
     """
     torch.manual_seed(0)
     model = _ddp(ctx, models.small_cnn())   # 0.1 M parameters: one bucket
-    marks: list = []
+    marks = Marks(ctx.device)
+
+    def done(fut):
+        marks.mark("done")   # on GPUs: an event after the NCCL kernel
+        return fut.value()[0]
 
     def timed_allreduce(state, bucket):
-        marks.append(time.perf_counter())   # the bucket is ready: compute is done
-        return default_hooks.allreduce_hook(state, bucket).then(
-            lambda fut: (marks.append(time.perf_counter()), fut.value()[0])[1])
+        marks.mark("ready")   # the bucket is ready: this rank's compute is done
+        return default_hooks.allreduce_hook(state, bucket).then(done)
 
     model.register_comm_hook(None, timed_allreduce)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -170,18 +232,19 @@ def straggler(ctx, steps: int = 10, extra_s: float = 0.0, slow_rank: int = 1) ->
     timings = []
     for _ in range(steps + 2):   # the first 2 steps warm up (buckets are rebuilt)
         marks.clear()
-        start = time.perf_counter()
+        marks.mark("start")
         if ctx.rank == slow_rank and extra_s:
             time.sleep(extra_s)   # the extra work only this rank does
         optimizer.zero_grad(set_to_none=True)
         F.cross_entropy(model(images), labels).backward()
         optimizer.step()
+        marks.mark("end")
         synchronize(ctx.device)
-        end = time.perf_counter()
-        ready, done = marks[0], marks[-1]
-        timings.append({"compute": 1e3 * (ready - start), "wait": 1e3 * (done - ready),
-                        "step": 1e3 * (end - start)})
-    return {"rank": ctx.rank, "steps": timings[2:]}
+        timings.append({"compute": marks.ms("start", "ready"),
+                        "wait": marks.ms("ready", "done"),
+                        "step": marks.ms("start", "end")})
+    return {"rank": ctx.rank, "steps": timings[2:],
+            "clock": "CUDA events" if marks.cuda else "CPU clock"}
 
 
 def _median(values) -> float:
