@@ -137,7 +137,7 @@ PLAN_Q = '"attn.q": ColwiseParallel(),    # q, k, v by output features: whole he
     ("v left out", [('        "attn.v": ColwiseParallel(),\n', "")],
      "attn.v not in the plan"),
     ("the attention container named",
-     [(PLAN_Q, '"attn": ColwiseParallel(), ' + PLAN_Q)], "'attn' is not an nn.Linear"),
+     [(PLAN_Q, '"attn": ColwiseParallel(), ' + PLAN_Q)], "'attn' names no nn.Linear"),
     ("wrong input_layouts",
      [('"mlp.fc2": RowwiseParallel(),',
        '"mlp.fc2": RowwiseParallel(input_layouts=__import__("torch").distributed'

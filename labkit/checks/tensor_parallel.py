@@ -9,6 +9,7 @@ bias counted N times, an input gradient never all-reduced (or all-reduced twice)
 layer split along the wrong dimension, a wrong plan, TP pairs that cross nodes.
 """
 
+import fnmatch
 import importlib
 import logging
 import traceback
@@ -81,17 +82,33 @@ _SHAPE_HINTS = {
 }
 
 
+def _canonical(named: dict) -> dict:
+    """Name each shard as the unsplit MLP does, whatever holds it.
+
+    ``fc1.weight``, ``fc1.linear.weight`` (an nn.Linear kept inside) and
+    ``fc1.shard.weight`` all mean fc1's weight; a name that would collide stays as
+    it is.
+    """
+    found = {}
+    for key, value in named.items():
+        parts = key.split(".")
+        short = (f"{parts[0]}.{parts[-1]}" if parts[0] in ("fc1", "fc2")
+                 and parts[-1] in ("weight", "bias") else key)
+        found[key if short in found else short] = value
+    return found
+
+
 def _check_shards(name: str, module, mlp, n: int) -> None:
     """Build the learner's ParallelMLP here, rank by rank; compare its shards."""
     for rank in range(n):
         model = attempt(name, module.ParallelMLP, mlp, rank, n)
-        got = {key: p.detach() for key, p in model.named_parameters()}
+        got = _canonical({key: p.detach() for key, p in model.named_parameters()})
         for key, want in _blocks(mlp, rank, n).items():
             if key not in got:
                 raise ExerciseFailed(
                     f"{name}: ParallelMLP on rank {rank} has no parameter {key} (it "
-                    f"has {sorted(got)}): keep each shard as nn.Parameter attributes "
-                    "named weight and bias.")
+                    f"has {sorted(got)}): keep each shard as an nn.Parameter (named "
+                    "weight and bias, directly or inside an nn.Linear).")
             if got[key].shape != want.shape:
                 raise ExerciseFailed(
                     f"{name}: on rank {rank} of {n}, {key} has shape "
@@ -168,6 +185,7 @@ def _check_mlp_rank(name: str, rank: int, got: dict, mlp, x, want: dict,
             f"{_gap(got['x_grad'], want['x_grad']):.3g}. "
             + _input_grad_hint(got["x_grad"], mlp, x, want["x_grad"], rank, n))
     blocks = tp.mlp_blocks(want["grads"], rank, n)
+    got = dict(got, grads=_canonical(got["grads"]))
     gap = first_difference(blocks, got["grads"], TOLERANCE)
     if gap:
         bigger = (gap[0] in got["grads"] and gap[0] in blocks
@@ -223,8 +241,7 @@ def _style_hint(key: str, style) -> str:
                     "features, then one all-reduce adds them up.")
         return (f"{key} must be {want.__name__}: the MLP is column-parallel fc1, then "
                 "row-parallel fc2, as in exercise 8.1.")
-    layouts = (style.input_layouts, style.output_layouts)
-    if layouts != _DEFAULTS[want] or not style.use_local_output:
+    if not _same_layouts(style, want) or not style.use_local_output:
         return (f"{key}: keep the default input_layouts/output_layouts (and "
                 f"use_local_output=True). {want.__name__}'s defaults are exactly what "
                 "this block needs: Colwise takes a replicated input and leaves its "
@@ -232,30 +249,56 @@ def _style_hint(key: str, style) -> str:
     return ""
 
 
-def _check_plan(name: str, plan) -> None:
-    """Name what is wrong with the learner's plan, before anything is launched."""
+def _resolve(plan) -> dict:
+    """Map each nn.Linear of tp.Block to the style ``plan`` gives it.
+
+    Keys are matched as parallelize_module matches them: atom by atom with fnmatch
+    ("attn.[qkv]", "mlp.*"); a Linear no key names is missing from the result.
+    """
+    found = {}
+    for key, style in plan.items():
+        atoms = key.split(".")
+        for linear in _COLWISE + _ROWWISE:
+            parts = linear.split(".")
+            if len(parts) == len(atoms) and all(fnmatch.fnmatch(p, a)
+                                                 for p, a in zip(parts, atoms)):
+                found.setdefault(linear, style)
+    return found
+
+
+def _same_layouts(style, want) -> bool:
+    """Are the style's layouts the defaults (Shard(2) of a (B, T, C) tensor is the
+    default Shard(-1))?"""
+    def norm(layouts):
+        return tuple(Shard(-1) if isinstance(p, Shard) and p.dim in (2, -1) else p
+                     for p in (layouts or ()))
+    return (norm(style.input_layouts), norm(style.output_layouts)) == tuple(
+        norm(d) for d in _DEFAULTS[want])
+
+
+def _plan_hint(plan) -> str | None:
+    """Say what looks wrong in the learner's plan (only to explain a wrong result)."""
     linear = _COLWISE + _ROWWISE
     if not isinstance(plan, dict):
-        raise ExerciseFailed(f"{name}: block_plan() must return a dict {{name of "
-                             "an nn.Linear: ColwiseParallel() or RowwiseParallel()}, "
-                             f"got {type(plan).__name__}.")
+        return ("block_plan() should return a dict {name of an nn.Linear: "
+                f"ColwiseParallel() or RowwiseParallel()}}, got {type(plan).__name__}.")
+    resolved = _resolve(plan)
     for key in plan:
-        if key not in linear:
-            raise ExerciseFailed(
-                f"{name}: {key!r} is not an nn.Linear of tp.Block (those are "
-                f"{', '.join(linear)}). Plain tensor parallelism splits only the "
-                "Linear layers; name each one (attn.q, not attn), and leave the "
-                "LayerNorms whole.")
-    missing = [key for key in linear if key not in plan]
+        if not _resolve({key: None}):
+            return (f"{key!r} names no nn.Linear of tp.Block (those are "
+                    f"{', '.join(linear)}). Plain tensor parallelism splits only the "
+                    "Linear layers; name each one (attn.q, not attn), and leave the "
+                    "LayerNorms whole.")
+    missing = [key for key in linear if key not in resolved]
     if missing:
-        raise ExerciseFailed(
-            f"{name}: {', '.join(missing)} not in the plan: that layer stays whole on "
-            "every rank while its neighbours are split, so the shapes (or the heads) "
-            "no longer line up. Give every Linear of the block a style.")
+        return (f"{', '.join(missing)} not in the plan: that layer stays whole on "
+                "every rank while its neighbours are split, so the shapes (or the "
+                "heads) no longer line up. Give every Linear of the block a style.")
     for key in linear:
-        hint = _style_hint(key, plan[key])
+        hint = _style_hint(key, resolved[key])
         if hint:
-            raise ExerciseFailed(f"{name}: {hint}")
+            return hint
+    return None
 
 
 def _explain_block(traceback_text: str) -> str | None:
@@ -280,29 +323,53 @@ def _check_split(name: str, rank: int, placements: dict) -> None:
                 "block_plan() on the mesh passed in?")
 
 
-def tp_block(path="tp_block.py", dim: int = 32, n_heads: int = 4, batch: int = 2,
-             seq: int = 8) -> None:
-    """Check the learner's plan splits tp.Block over 2 ranks without changing it."""
-    name = "tp_block"
-    module = load_program(path)
-    _check_plan(name, attempt(name, module.block_plan))
-    torch.manual_seed(0)
-    block, x = tp.Block(dim, n_heads), torch.randn(batch, seq, dim)
-    ranks = launch_program(
-        name, run_learner, 2, args=(module.__name__, block.state_dict(), x, n_heads),
-        module=module.__name__, explain=_explain_block, timeout=60)
-    want = tp.unsplit(block, x)
+def _block_problem(want: dict, ranks: list) -> str | None:
+    """What differs between the learner's split block and the whole one (or None)."""
     for rank, got in enumerate(ranks):
-        _check_split(name, rank, got["placements"])
         for what, ours, theirs in [("output", want["out"], got["out"]),
                                    ("input gradient", want["x_grad"], got["x_grad"])]:
             if not _close(theirs, ours):
-                raise ExerciseFailed(f"{name}: rank {rank}'s {what} differs from the "
-                                     f"unsplit block by {_gap(theirs, ours):.3g}.")
+                return (f"rank {rank}'s {what} differs from the unsplit block by "
+                        f"{_gap(theirs, ours):.3g}.")
         gap = first_difference(want["grads"], got["grads"], TOLERANCE)
         if gap:
-            raise ExerciseFailed(f"{name}: rank {rank}'s gradient of {gap[0]} differs "
-                                 f"from the unsplit block's by {gap[1]:.3g}.")
+            return (f"rank {rank}'s gradient of {gap[0]} differs from the unsplit "
+                    f"block's by {gap[1]:.3g}.")
+    return None
+
+
+def tp_block(path="tp_block.py", dim: int = 32, n_heads: int = 4, batch: int = 2,
+             seq: int = 8) -> None:
+    """Check the learner's split of tp.Block over 2 ranks: same results, split weights.
+
+    The verdict comes from what the ranks computed (outputs, input gradient, every
+    gradient) and how the weights ended up placed (Megatron's split: q, k, v, fc1 by
+    rows, out and fc2 by columns); the plan is read only to explain a failure, so any
+    spelling of a right plan passes (fnmatch keys, explicit default layouts, plans
+    applied per submodule).
+    """
+    name = "tp_block"
+    module = load_program(path)
+    plan = attempt(name, module.block_plan)
+    torch.manual_seed(0)
+    block, x = tp.Block(dim, n_heads), torch.randn(batch, seq, dim)
+    try:
+        ranks = launch_program(
+            name, run_learner, 2, args=(module.__name__, block.state_dict(), x,
+                                        n_heads),
+            module=module.__name__, explain=_explain_block, timeout=60)
+    except ExerciseFailed as err:
+        hint = _plan_hint(plan)
+        if hint and "not done yet" not in str(err):
+            raise ExerciseFailed(f"{err} In your plan: {hint}") from None
+        raise
+    want = tp.unsplit(block, x)
+    problem = _block_problem(want, ranks)
+    if problem:
+        hint = _plan_hint(plan)
+        raise ExerciseFailed(f"{name}: {problem}" + (f" {hint}" if hint else ""))
+    for rank, got in enumerate(ranks):
+        _check_split(name, rank, got["placements"])
     passed(name, f"{n_heads // 2} heads per rank, q/k/v colwise, out rowwise, MLP "
                  f"colwise/rowwise: outputs and gradients equal the whole block to "
                  f"{TOLERANCE:g}.")
@@ -415,17 +482,43 @@ def _check_groups(name: str, ranks: list) -> None:
                 "mesh, mesh_dim_names=('dp', 'tp').")
 
 
+def _rows_of(batch, x) -> list | None:
+    """The indices of ``x``'s rows that make up ``batch`` (None if one is not there)."""
+    found = []
+    for row in batch:
+        hits = [i for i in range(len(x)) if torch.equal(x[i], row)]
+        if not hits:
+            return None
+        found.append(hits[0])
+    return found
+
+
 def _check_batches(name: str, ranks: list, x) -> None:
+    """Both TP ranks of a replica see the same samples; the replicas share the batch.
+
+    Any split passes that gives each DP rank its own equal share of the global batch
+    (blocks as x.chunk gives them, or every dp_size-th sample, ...).
+    """
     for rank, got in enumerate(ranks):
-        if torch.equal(got["batch"], x.chunk(2)[rank // 2]):
-            continue
-        hint = ("the two TP ranks of a replica must see the SAME samples (they compute "
-                "one model together): split by the DP rank, mesh.get_local_rank('dp').")
-        if got["batch"].shape == x.shape:
-            hint = ("that is the whole batch: each replica (DP rank) takes its own "
-                    "half, or two replicas do the same work.")
-        raise ExerciseFailed(f"{name}: rank {rank} trained on the wrong samples: "
-                             f"{hint}")
+        partner = ranks[rank ^ 1]["batch"]
+        if not torch.equal(got["batch"], partner):
+            raise ExerciseFailed(
+                f"{name}: ranks {rank & ~1} and {rank | 1} (one replica, one TP group) "
+                "trained on different samples: the two TP ranks of a replica must see "
+                "the SAME samples (they compute one model together): split by the DP "
+                "rank, mesh.get_local_rank('dp').")
+    if ranks[0]["batch"].shape == x.shape:
+        raise ExerciseFailed(
+            f"{name}: rank 0 trained on {len(x)} samples: that is the whole batch: "
+            "each replica (DP rank) "
+            "takes its own half, or two replicas do the same work.")
+    rows = [_rows_of(ranks[r]["batch"], x) for r in (0, 2)]
+    shares = [len(r) if r is not None else -1 for r in rows]
+    if None in rows or sorted(rows[0] + rows[1]) != list(range(len(x))):
+        raise ExerciseFailed(
+            f"{name}: the two replicas' batches ({shares[0]} and {shares[1]} samples) "
+            f"are not a split of the {len(x)} samples of the global batch: each "
+            "sample goes to exactly one DP rank, e.g. x.chunk(dp_size)[dp_rank].")
 
 
 def dp_tp(path="dp_tp.py") -> None:
