@@ -24,7 +24,8 @@ from labkit import data, models
 from labkit.train import synchronize
 
 __all__ = ["PHASES", "step_seconds", "profile_step", "allreduce_ms", "Marks",
-           "straggler", "draw_straggler", "GpuMonitor"]
+           "straggler", "draw_straggler", "bucket_timeline", "draw_buckets",
+           "GpuMonitor"]
 
 PHASES = ("data loading", "forward", "backward + all-reduce", "optimizer")
 
@@ -245,6 +246,110 @@ def straggler(ctx, steps: int = 10, extra_s: float = 0.0, slow_rank: int = 1) ->
                         "step": marks.ms("start", "end")})
     return {"rank": ctx.rank, "steps": timings[2:],
             "clock": "CUDA events" if marks.cuda else "CPU clock"}
+
+
+def bucket_timeline(ctx, bucket_cap_mb: float, steps: int = 4, warmup: int = 2,
+                    layers: int = 8, width: int = 384, batch_per_rank: int = 64) -> dict:
+    """Time each DDP bucket's all-reduce against the backward pass, on this rank.
+
+    A ``deep_mlp(layers, width)`` (8 x 384: 1.2 M parameters, 4.8 MB of gradients)
+    with ``bucket_cap_mb``: one bucket (a cap above 6) or several. For the median
+    step (ms since the step began): when each bucket was ready (its gradients
+    computed: its all-reduce starts) and done, when the backward pass computed its
+    last gradient (``compute_end_ms``) and when the step's backward returned
+    (``end_ms``: DDP waits for every bucket). ``hidden`` is the share of the
+    all-reduce time that overlapped the backward pass. CPU clock on CPU ranks, CUDA
+    events on GPUs (``Marks``). ``bucket_cap_mb`` is given, so DDP's small first
+    bucket (1 MiB, used only when the cap is left to its default) does not apply.
+    """
+    torch.manual_seed(0)
+    module = models.deep_mlp(num_layers=layers, width=width).to(ctx.device)
+    model = DDP(module, device_ids=[ctx.device] if ctx.device.type == "cuda" else None,
+                bucket_cap_mb=bucket_cap_mb)
+    marks, plan = Marks(ctx.device), {}
+    names = {id(p): n for n, p in module.named_parameters()}
+
+    def hook(state, bucket):
+        i = bucket.index()
+        marks.mark(f"ready{i}")
+        plan[i] = {"bytes": bucket.buffer().numel() * bucket.buffer().element_size(),
+                   "params": [names[id(p)] for p in bucket.parameters()]}
+
+        def done(fut):
+            marks.mark(f"done{i}")
+            return fut.value()[0]
+        return default_hooks.allreduce_hook(state, bucket).then(done)
+
+    model.register_comm_hook(None, hook)
+    images, labels = data.random_batch(batch_per_rank, ctx.rank, ctx.device)
+    timed = []
+    for step in range(warmup + steps):   # DDP rebuilds its buckets after step 1
+        synchronize(ctx.device)
+        dist.barrier()
+        marks.clear()
+        marks.mark("start")
+        loss = F.cross_entropy(model(images), labels)
+        marks.mark("forward")
+        loss.backward()
+        marks.mark("end")
+        synchronize(ctx.device)
+        if step < warmup:
+            continue
+        buckets = [{"index": i, **plan[i], "ready_ms": marks.ms("start", f"ready{i}"),
+                    "done_ms": marks.ms("start", f"done{i}")} for i in sorted(plan)]
+        timed.append({"buckets": buckets, "forward_ms": marks.ms("start", "forward"),
+                      "compute_end_ms": max(b["ready_ms"] for b in buckets),
+                      "end_ms": marks.ms("start", "end")})
+    step = sorted(timed, key=lambda t: t["end_ms"])[len(timed) // 2]
+    busy = _union([(b["ready_ms"], b["done_ms"]) for b in step["buckets"]])
+    hidden = _union([(a, min(b, step["compute_end_ms"])) for a, b in busy
+                     if a < step["compute_end_ms"]])
+    total = sum(b - a for a, b in busy)
+    return {"rank": ctx.rank, "bucket_cap_mb": bucket_cap_mb, **step,
+            "allreduce_ms": total,
+            "hidden": sum(b - a for a, b in hidden) / total if total else 0.0,
+            "exposed_ms": max(0.0, step["end_ms"] - step["compute_end_ms"]),
+            "clock": "CUDA events" if marks.cuda else "CPU clock"}
+
+
+def _union(spans) -> list:
+    """Merge (start, end) intervals into disjoint ones."""
+    merged: list = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def draw_buckets(runs: dict, ax=None):
+    """Draw each run's backward pass and its buckets' all-reduces on one time axis.
+
+    ``runs`` maps a title to one rank's ``bucket_timeline`` result. Returns the Axes.
+    """
+    import matplotlib.pyplot as plt
+
+    rows = sum(1 + len(r["buckets"]) for r in runs.values())
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 0.9 + 0.28 * rows))
+    labels, row = [], 0
+    for title, r in runs.items():
+        ax.barh(row, r["compute_end_ms"] - r["forward_ms"], left=r["forward_ms"],
+                color="#4c72b0")
+        labels.append(f"{title}: backward")
+        row += 1
+        for b in r["buckets"]:
+            ax.barh(row, b["done_ms"] - b["ready_ms"], left=b["ready_ms"],
+                    color="#c44e52")
+            labels.append(f"  bucket {b['index']} ({b['bytes'] / 2**20:.1f} MiB)")
+            row += 1
+    ax.set_yticks(range(row), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms since the step began (median step)")
+    ax.legend(["computing gradients", "all-reduce of a bucket"], fontsize=8,
+              loc="lower right")
+    return ax
 
 
 def _median(values) -> float:

@@ -325,3 +325,15 @@ def test_step_seconds_with_and_without_communication():
         ranks = _run(bottleneck.step_seconds, 64, 2, 1, sync, 2)
         assert len(set(ranks)) == 1 or max(ranks) - min(ranks) < 0.05
         assert 0 < ranks[0] < 5
+
+
+def test_bucket_timeline_several_buckets_start_during_backward():
+    """With a 1 MB cap, are there several buckets, the first all-reduced before the
+    backward pass ends; with one bucket, none of it hidden?"""
+    several = _run(bottleneck.bucket_timeline, 1.0, 2, 1)[0]
+    one = _run(bottleneck.bucket_timeline, 100.0, 2, 1)[0]
+    assert len(several["buckets"]) >= 3 and len(one["buckets"]) == 1
+    first = several["buckets"][0]
+    assert first["ready_ms"] < several["compute_end_ms"]   # started inside backward
+    assert sum(b["bytes"] for b in several["buckets"]) == one["buckets"][0]["bytes"]
+    assert one["hidden"] == 0.0 and 0.0 <= several["hidden"] <= 1.0
