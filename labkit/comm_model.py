@@ -10,6 +10,13 @@ latency (``alpha``: start-up, synchronisation, per-message software cost) plus t
 bytes over an effective bandwidth (``beta``). nccl-tests reports ``algbw = n / t`` and
 ``busbw = algbw * 2(N-1)/N``: a ring all-reduce moves 2(N-1)/N of the bytes over each
 link, so busbw is comparable with the link's own speed whatever N is.
+
+Two latency models meet in the course. Lab 00's ring charges a latency per ring
+*step*, ``2(N-1) alpha_step``; here ``alpha`` is fitted to whole collective calls as
+they are measured, so it is one latency per *call* (all steps, the library's
+set-up and synchronisation included): ``alpha_call ~ 2(N-1) alpha_step`` on a ring of
+N ranks. A fit at one N does not say how alpha grows with N (NCCL's trees grow it
+with log N, not N).
 """
 
 import math
@@ -119,13 +126,13 @@ def plot_fit(times: dict, fit: AlphaBeta, world_size: int, ax=None,
     sizes = np.array(sorted(times), dtype=float)
     measured = np.array([times[int(n)] for n in sizes])
     grid = np.logspace(math.log10(sizes[0]), math.log10(sizes[-1]), 100)
-    ax.loglog(sizes, measured * 1e6, "o", label="measured (median)")
+    ax.loglog(sizes, measured * 1e6, "o", label="measured")
     ax.loglog(grid, fit.seconds(grid) * 1e6, "-",
               label=f"fit: {fit.alpha * 1e6:.0f} us + n / {fit.beta / 1e9:.2f} GB/s")
     ax.axhline(fit.alpha * 1e6, color="grey", ls=":", lw=1, label="alpha (latency)")
     for label, gbytes in (references or {}).items():
         ax.loglog(grid, grid * bus_factor(world_size) / (gbytes * 1e9) * 1e6, "--",
-                  lw=1, label=f"{label}: {gbytes:g} GB/s, no latency")
+                  lw=1, label=f"{label}: busbw {gbytes:g} GB/s, no latency")
     ax.set(xlabel="message size (bytes)", ylabel="all-reduce time (us)",
            title=title or f"all-reduce on {world_size} ranks")
     ax.legend(fontsize=8)
@@ -153,8 +160,10 @@ def ring_seconds(n_bytes: float, world_size: int, link_gbytes_per_s: float,
                  alpha: float = 0.0, messages: int = 1) -> float:
     """Return a ring all-reduce's time on a link: ``messages`` latencies + bytes.
 
-    Each rank sends 2(N-1)/N of ``n_bytes`` over its link (bandwidth in GB/s);
-    ``alpha`` is one message's latency (DDP sends one message per bucket).
+    Each rank sends 2(N-1)/N of ``n_bytes`` over its link (``link_gbytes_per_s``:
+    what the link achieves for an all-reduce, e.g. nccl-tests' busbw, not its line
+    rate); ``alpha`` is one whole all-reduce call's latency, as fitted (DDP makes one
+    call per bucket), not one ring step's.
     """
     if link_gbytes_per_s <= 0:
         raise ValueError(f"link bandwidth must be positive, got {link_gbytes_per_s}.")
