@@ -3,7 +3,9 @@
 labkit doctor                 environment and hardware report (lab 00)
 labkit data prepare           download or verify MNIST in $LABKIT_DATA
 labkit build-labs [--check]   regenerate labs/ from solutions/
+labkit measure-labs [NAME ...] time each solution in full and quick mode (lab headers)
 labkit bench NAME             run a benchmark (labkit bench --help lists them)
+labkit bench allreduce --link 1gbe   the same over a shaped link (root)
 """
 
 import argparse
@@ -44,10 +46,26 @@ def _build_labs(args) -> int:
     return 0
 
 
+def _measure_labs(args) -> int:
+    from pathlib import Path
+
+    from labkit import course, lab_time
+
+    paths = sorted(Path(args.solutions).glob("*.ipynb"))
+    chosen = [p for p in paths if not args.names or any(n in p.name for n in args.names)]
+    for path in chosen:
+        measured = lab_time.measure(path)
+        print(f"{path.name}: full mode {measured['full_mode_s']:.0f} s, quick mode "
+              f"{measured['quick_mode_s']:.0f} s ({measured['on']})", flush=True)
+    course.build_labs(args.solutions, "labs", references_dir=course.REFERENCES)
+    return 0
+
+
 def _bench(args) -> int:
     from labkit import bench
 
-    bench.run(args.name)
+    options = {"link": args.link} if args.link else {}
+    bench.run(args.name, **options)
     return 0
 
 
@@ -78,11 +96,19 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--references", default=str(course_references()),
                        help="where the reference solutions go (labkit's own folder)")
     build.set_defaults(run=_build_labs)
+    measure = verbs.add_parser("measure-labs", help="time each lab in full and quick "
+                               "mode; build-labs then writes the headers' times")
+    measure.add_argument("names", nargs="*", help="notebooks to measure (default all)")
+    measure.add_argument("--solutions", default="solutions")
+    measure.set_defaults(run=_measure_labs)
     from labkit.bench import BENCHMARKS   # names only: torch is not imported
 
     listing = "; ".join(f"{name}: {what}" for name, (*_, what) in BENCHMARKS.items())
     bench = verbs.add_parser("bench", help="run a benchmark", description=listing)
     bench.add_argument("name", choices=sorted(BENCHMARKS))
+    bench.add_argument("--link", choices=["1gbe", "10gbe", "25gbe", "lowlat"],
+                       help="allreduce only: run its 2 ranks on two network-namespace "
+                       "nodes over this shaped link (needs root; env/cluster/)")
     bench.set_defaults(run=_bench)
     return parser
 

@@ -5,14 +5,15 @@ code between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` becomes a stub that
 ``NotImplementedError``; markdown between the markers becomes "YOUR ANSWER HERE".
 Outputs are cleared. ``build_labs(check=True)`` reports stale labs without writing.
 
-The same build keeps two things derived from the solutions in step with them:
+The same build keeps three things derived from the solutions in step with them:
 
 - nbgrader's cell metadata in solutions/ (an exercise cell is a ``solution`` cell, the
   check cell right after it an autograder test worth one point), so that real
   ``nbgrader generate_assignment`` makes the same labs and ``nbgrader autograde``
   scores them;
 - labkit's reference solutions (``labkit/references/NN_*.json``), what
-  ``checks.use_reference(...)`` puts in place of a stuck learner's code.
+  ``checks.use_reference(...)`` puts in place of a stuck learner's code;
+- each lab header's ``**Time:**`` sentence (``labkit.lab_time``).
 """
 
 import json
@@ -20,6 +21,8 @@ import re
 from pathlib import Path
 
 import nbformat
+
+from labkit import lab_time
 
 __all__ = ["BEGIN", "END", "CourseError", "strip_solutions", "make_lab", "build_labs",
            "exercises", "REFERENCES", "hardware_needs", "hardware_skip_reason"]
@@ -205,6 +208,7 @@ def build_labs(
     for source in sources:
         solution = nbformat.read(source, as_version=4)
         nbgrader_metadata(solution, source.name)
+        lab_time.apply_header(solution)
         _refresh(source, _render(solution), check, changed)
         _refresh(labs_dir / source.name, _render(make_lab(solution, source.name)),
                  check, changed)

@@ -159,3 +159,33 @@ def test_notebook_declares_its_hardware(path):
     assert {"min_gpus", "cpu_ok"} <= set(needs), (
         "metadata.labkit needs min_gpus and cpu_ok"
     )
+
+
+def test_the_header_time_is_computed_from_the_lab():
+    """Is the Time sentence reading (200 words/min) + exercise estimates + measured
+    full-mode compute, with the appendix apart?"""
+    from labkit import lab_time
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Lab 99\n**Time:** old. **Hardware:** any"),
+                nbformat.v4.new_markdown_cell("word " * 390 + "\n### Exercise 9.1 — x (≈ 7 min)"),
+                nbformat.v4.new_markdown_cell("## Appendix — for self-study\n" + "w " * 250)]
+    nb.metadata["labkit"] = {"measured": {"full_mode_s": 130.0, "quick_mode_s": 9.0,
+                                          "on": "2 CPU cores", "date": "2026-12-01"}}
+    assert lab_time.word_counts(nb) == (7 + 390 + 8, 5 + 250)
+    assert lab_time.apply_header(nb)
+    header = nb.cells[0].source
+    assert header.startswith("# Lab 99\n**Time:** ≈ 13 min: reading 3 min (405 words")
+    assert "exercises 7 min" in header and "compute 3 min (full mode, measured on 2 CPU" in header
+    assert "The appendix adds about 2 min" in header and header.endswith(" **Hardware:** any")
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.glob("solutions/*.ipynb")), ids=lambda p: p.name)
+def test_every_lab_states_its_measured_time(path):
+    """Does every lab header carry the computed Time sentence, from a measurement?"""
+    from labkit import lab_time
+
+    nb = nbformat.read(path, as_version=4)
+    assert lab_time.apply_header(nb), f"{path.name}: no '**Time:** ... **Hardware:**'"
+    assert nb.metadata.get("labkit", {}).get("measured"), (
+        f"{path.name}: its compute time was never measured: run `labkit measure-labs`")

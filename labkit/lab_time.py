@@ -1,0 +1,153 @@
+"""How long a lab takes, computed rather than guessed, and written into its header.
+
+Taught in: nowhere (instructor tooling; INSTRUCTORS.md quotes the figures). A lab's
+time is three measured parts:
+
+- reading: the markdown words of its core path (everything before the
+  ``## Appendix`` heading) at 200 words per minute;
+- exercises: the sum of the estimates in its exercise headings, ``(≈ N min)``;
+- compute: the seconds the whole solution notebook takes in full mode, measured by
+  ``labkit measure-labs`` (it runs each notebook and stores the figure, the machine
+  and the date in ``metadata.labkit.measured``).
+
+``labkit build-labs`` rewrites the header's ``**Time:**`` sentence from these, so the
+stated time can never drift from the text; the appendix is counted apart, as
+self-study reading.
+"""
+
+import datetime
+import math
+import os
+import platform
+import re
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+__all__ = ["WORDS_PER_MINUTE", "APPENDIX", "word_counts", "exercise_minutes",
+           "time_sentence", "apply_header", "measure", "machine"]
+
+WORDS_PER_MINUTE = 200
+APPENDIX = "## Appendix"
+_ESTIMATE = re.compile(r"^#+\s*Exercise\s+\d+\.\d+.*\(≈\s*(\d+)\s*min\)", re.MULTILINE)
+_TIME = re.compile(r"\*\*Time:\*\*.*?(?=\s*\*\*Hardware:\*\*)", re.DOTALL)
+
+
+def _split(nb) -> tuple[list, list]:
+    """Return the markdown cells of the core path and of the appendix."""
+    core, appendix, inside = [], [], False
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        inside = inside or cell.source.lstrip().startswith(APPENDIX)
+        (appendix if inside else core).append(cell)
+    return core, appendix
+
+
+def _words(cells) -> int:
+    return sum(len(cell.source.split()) for cell in cells)
+
+
+def word_counts(nb) -> tuple[int, int]:
+    """Return (core words, appendix words) of a notebook's markdown."""
+    core, appendix = _split(nb)
+    return _words(core), _words(appendix)
+
+
+def exercise_minutes(nb) -> int:
+    """Return the sum of the core path's exercise estimates, in minutes."""
+    core, _ = _split(nb)
+    return sum(int(m) for cell in core for m in _ESTIMATE.findall(cell.source))
+
+
+def _minutes(seconds: float) -> int:
+    return max(1, math.ceil(seconds / 60))
+
+
+def time_sentence(nb) -> str:
+    """Return the header's ``**Time:**`` sentence for a notebook."""
+    core, appendix = word_counts(nb)
+    reading = math.ceil(core / WORDS_PER_MINUTE)
+    exercises = exercise_minutes(nb)
+    measured = nb.metadata.get("labkit", {}).get("measured")
+    if measured:
+        compute = _minutes(measured["full_mode_s"])
+        total = f"≈ {reading + exercises + compute} min"
+        compute_part = (f"compute {compute} min (full mode, measured on "
+                        f"{measured['on']}, {measured['date']}; quick mode "
+                        f"{measured['quick_mode_s']:.0f} s)")
+    else:
+        total = f"≈ {reading + exercises} min plus compute"
+        compute_part = "compute not measured yet (`labkit measure-labs`)"
+    extra = math.ceil(appendix / WORDS_PER_MINUTE)
+    return (f"**Time:** {total}: reading {reading} min ({core:,} words at "
+            f"{WORDS_PER_MINUTE} words/min), exercises {exercises} min (their "
+            f"estimates), {compute_part}."
+            + (f" The appendix adds about {extra} min of reading for self-study."
+               if appendix else ""))
+
+
+def apply_header(nb) -> bool:
+    """Rewrite the first cell's ``**Time:**`` sentence (up to ``**Hardware:**``);
+    return whether the notebook has one (every lab does: tests/test_course.py)."""
+    if not nb.cells or not _TIME.search(nb.cells[0].source):
+        return False
+    sentence = time_sentence(nb)
+    nb.cells[0].source = _TIME.sub(lambda _: sentence, nb.cells[0].source, count=1)
+    return True
+
+
+def machine() -> dict:
+    """Describe this machine as a measurement records it: where (cores or GPUs), the
+    CPU model and the torch version."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        names = [line.split(":", 1)[1].strip() for line in
+                 Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    gpus = torch.cuda.device_count()
+    where = (f"{gpus} × {torch.cuda.get_device_name(0)}" if gpus
+             else f"{cores} CPU cores")
+    return {"on": where, "cpu": cpu, "torch": torch.__version__.split("+")[0]}
+
+
+def _run_seconds(path: Path, quick: bool, timeout: float) -> float:
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    saved = os.environ.get("LABKIT_QUICK")
+    os.environ["LABKIT_QUICK"] = "1" if quick else "0"
+    try:
+        with tempfile.TemporaryDirectory(prefix="labkit-measure-") as folder:
+            start = time.perf_counter()
+            NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                           resources={"metadata": {"path": folder}}).execute()
+            return time.perf_counter() - start
+    finally:
+        if saved is None:
+            os.environ.pop("LABKIT_QUICK", None)
+        else:
+            os.environ["LABKIT_QUICK"] = saved
+
+
+def measure(path, timeout: float = 3600) -> dict:
+    """Run a solution notebook in full and in quick mode; store and return the times."""
+    path = Path(path)
+    full = _run_seconds(path, quick=False, timeout=timeout)
+    quick = _run_seconds(path, quick=True, timeout=timeout)
+    measured = {"full_mode_s": round(full, 1), "quick_mode_s": round(quick, 1),
+                **machine(), "date": datetime.date.today().isoformat()}
+    nb = nbformat.read(path, as_version=4)
+    nb.metadata.setdefault("labkit", {})["measured"] = measured
+    nbformat.write(nb, path)
+    return measured
