@@ -50,39 +50,68 @@ def mnist_root(tmp_path) -> Path:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip the nbval cells of notebooks that need more GPUs than torch can see."""
+    """Skip notebooks needing more GPUs than torch sees, and `gpu(n)` tests likewise."""
     notebooks = {Path(str(item.path)) for item in items if item.path.suffix == ".ipynb"}
-    if not notebooks:
-        return
+    if not notebooks and not any(gpus_needed(item) for item in items):
+        return   # nothing to decide: no need to import torch
     import torch
 
-    from labkit.course import hardware_skip_reason
-
     found = torch.cuda.device_count()  # NVML only: does not initialise CUDA here
-    reasons = {path: hardware_skip_reason(path, found) for path in notebooks}
+    reasons = {}
+    if notebooks:
+        from labkit.course import hardware_skip_reason
+
+        reasons = {path: hardware_skip_reason(path, found) for path in notebooks}
     for item in items:
         reason = reasons.get(Path(str(item.path)))
+        need = gpus_needed(item)
+        if need and found < need:
+            reason = f"needs {need} CUDA GPU(s) (@pytest.mark.gpu), {found} found"
         if reason:
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
-# GPU tests: marked `gpu`, skipped here when no GPU is seen. In the GPU lane
-# (LABKIT_REQUIRE_GPU=1) such a skip means the GPUs were not found: a failure.
+# GPU tests: `@pytest.mark.gpu` needs one GPU, `@pytest.mark.gpu(2)` two; each is
+# skipped where torch sees fewer. The GPU lane sets LABKIT_REQUIRE_GPU=N, the GPUs its
+# runner has: there a skip of a test needing at most N GPUs is a failure (the GPUs
+# were not seen, or a test skipped itself), while a test needing more than N stays a
+# skip (that runner cannot run it), and the skip reason says so.
 
 REQUIRE_GPU_ENV = "LABKIT_REQUIRE_GPU"
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "gpu: needs CUDA GPUs (skipped without them)")
+    config.addinivalue_line(
+        "markers", "gpu(n=1): needs n CUDA GPUs (skipped with fewer)")
+
+
+def gpus_needed(item) -> int:
+    """Return how many GPUs a test's `gpu` marker asks for (0: not a GPU test)."""
+    marker = item.get_closest_marker("gpu")
+    if marker is None:
+        return 0
+    return int(marker.args[0]) if marker.args else int(marker.kwargs.get("n", 1))
+
+
+def lane_gpus() -> int:
+    """Return the GPUs the lane declares (LABKIT_REQUIRE_GPU=N; unset: 0)."""
+    value = os.environ.get(REQUIRE_GPU_ENV, "").strip()
+    return int(value) if value.isdigit() else 0
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """Turn the skip of a `gpu` test into a failure when GPUs are required."""
+    """Turn the skip of a `gpu` test the lane can run into a failure."""
     outcome = yield
     report = outcome.get_result()
-    if (report.skipped and item.get_closest_marker("gpu")
-            and os.environ.get(REQUIRE_GPU_ENV) == "1"):
+    need, declared = gpus_needed(item), lane_gpus()
+    if report.skipped and need and need <= declared:
+        import torch
+
+        why = report.longrepr[-1] if isinstance(report.longrepr, tuple) else ""
         report.outcome = "failed"
-        report.longrepr = (f"{item.nodeid} was skipped, but {REQUIRE_GPU_ENV}=1: this "
-                           "lane must run every GPU test (are the GPUs visible?)")
+        report.longrepr = (
+            f"{item.nodeid} was skipped, but {REQUIRE_GPU_ENV}={declared}: this lane "
+            f"declares {declared} GPU(s) and the test needs {need}, so it must run "
+            f"(torch sees {torch.cuda.device_count()}: are the GPUs visible?). "
+            f"Skip reason: {why}")

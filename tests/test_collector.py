@@ -2,6 +2,7 @@
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -122,10 +123,33 @@ def test_gpu_lane_fails_on_a_skipped_gpu_test(tmp_path, require, outcome):
     assert (done.returncode != 0) == (require == "1")   # the lane goes red
 
 
+_TWO_GPU_TEST = """
+import pytest
+
+@pytest.mark.gpu(99)
+def test_on_many_gpus():
+    pass
+"""
+
+
+def test_gpu_lane_skips_what_its_runner_lacks(tmp_path):
+    """On a lane declaring 1 GPU, does a test needing more stay a skip, saying why?"""
+    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_gpus.py").write_text(_TWO_GPU_TEST)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           "-rs", "-m", "gpu", "test_gpus.py"], cwd=tmp_path, text=True,
+                          capture_output=True, timeout=120,
+                          env={**os.environ, "LABKIT_REQUIRE_GPU": "1"})
+    assert done.returncode == 0, done.stdout
+    assert f"needs 99 CUDA GPU(s) (@pytest.mark.gpu), {FOUND} found" in done.stdout
+
+
 def test_every_gpu_only_test_is_marked_gpu():
     """Does every test skipped for want of a GPU carry the `gpu` marker?"""
     for path in sorted((ROOT / "tests").glob("test_*.py")):
         lines = path.read_text().splitlines()
         for i, line in enumerate(lines):
             if line.startswith("@pytest.mark.skipif") and "cuda" in line:
-                assert "@pytest.mark.gpu" in lines[i - 3:i], f"{path.name}:{i + 1}"
+                marks = [m for m in lines[i - 3:i] if re.fullmatch(
+                    r"@pytest\.mark\.gpu(\(\d+\))?", m)]
+                assert marks, f"{path.name}:{i + 1}: mark it @pytest.mark.gpu(n)"

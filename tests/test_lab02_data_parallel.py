@@ -283,8 +283,7 @@ def test_dataparallel_memory_without_two_gpus(capsys):
     assert "nothing to spread" in capsys.readouterr().out
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2+ GPUs")
+@pytest.mark.gpu(2)
 def test_dataparallel_memory_gpu0_carries_more():
     """Does GPU 0 peak above the other GPUs in a DataParallel step?"""
     peaks = dataparallel.dataparallel_memory(models.deep_mlp(8, 2048), batch=4096)

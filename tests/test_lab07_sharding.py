@@ -344,8 +344,7 @@ def test_fit_explorer_builds_and_sums():
 # ---------------------------------------------------------------- GPUs (not run here)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
+@pytest.mark.gpu(2)
 def test_fsdp2_peak_is_below_ddp_on_gpus(programs):
     """On 2 GPUs (NCCL): FSDP2 holds 1/2 of DDP and peaks below it (allocator)?"""
     stage_bytes = importlib.import_module("stage_bytes")
