@@ -136,11 +136,11 @@ def run_program(ctx, program: Program, cfgs: list, orders: list | None = None) -
     ``cfgs[i]``. Returns this rank's runs (gradients of the last step, loss on the
     last rank, executed order, events, activations held) and its messages (checks).
     """
-    fn = getattr(importlib.import_module(program.module), program.function)
     log: list = []
     bounded = (p2p.bounded(ctx.rank, program.bound_s, log) if program.bound_s
                else nullcontext())
-    with bounded as guard:
+    with bounded as guard:   # imported inside: `from torch.distributed import send`
+        fn = getattr(importlib.import_module(program.module), program.function)
         runs = [_run(ctx, fn, program, cfg, orders[i][ctx.rank] if orders else None,
                      guard, i) for i, cfg in enumerate(cfgs)]
     return {"rank": ctx.rank, "device": str(ctx.device), "runs": runs, "messages": log}
@@ -153,11 +153,11 @@ def run_serve(ctx, module: str, cfg: Config, count: int,
     Rank 0 returns the answers and the time of each request in ms (the others:
     empty lists); every rank returns the messages it sent and received (checks).
     """
-    serve = importlib.import_module(module).serve
     stage = _stage(ctx, cfg).eval()
     answers, graphs, latencies, log = [], [], [], []
     bounded = p2p.bounded(ctx.rank, bound_s, log) if bound_s else nullcontext()
-    with bounded as guard:
+    with bounded as guard:   # imported inside, as in run_program
+        serve = importlib.import_module(module).serve
         for index, request in enumerate(requests(cfg, count).to(ctx.device)):
             if guard is not None:
                 guard.phase = index   # orders the waits of stuck ranks

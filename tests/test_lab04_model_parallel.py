@@ -7,6 +7,8 @@ ranks). Mistakes that leave a rank waiting use a 3 s bound instead of the lab's 
 """
 
 import copy
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -118,6 +120,26 @@ def test_serve_names_the_mistake(folder, mistake, replace, hint):
     path = write_program(folder, NOTEBOOK, "split_serve.py", replace)
     with pytest.raises(ExerciseFailed, match=hint):
         checks.serve(str(path), bound_s=STUCK_S)
+
+
+# ---------------------------------------------------------------- other idioms
+
+ALTERNATIVES = Path(__file__).parent / "alternatives"
+
+
+@pytest.mark.parametrize("alternative, module, check", [
+    ("lab04_split_step_p2pop.py", "split_step.py", checks.split_step),
+    ("lab04_split_step_isend.py", "split_step.py", checks.split_step),
+    ("lab04_split_serve_inference.py", "split_serve.py", checks.serve),
+])
+def test_alternative_solution_passes(tmp_path, monkeypatch, capsys, alternative,
+                                     module, check):
+    """Does a correct solution in another idiom (P2POp + batch_isend_irecv, isend/irecv
+    imported by name, inference_mode) pass?"""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(ALTERNATIVES / alternative, tmp_path / module)
+    check(module)
+    assert "passed" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------- the lab's measurements

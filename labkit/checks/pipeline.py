@@ -5,7 +5,8 @@ The program checks launch the learner's module on 2 gloo ranks through
 ``stages.run_program`` inside ``p2p.bounded`` (a stuck message is named, not waited
 for). ``timeline.Watch`` records, in each rank, the order in which its stage ran the
 forwards and backwards of the micro-batches; the checks compare that order with the
-reference schedule (``pipeline.orders``) and the gradients with the full batch's.
+reference schedule (``pipeline.orders``) where the order is the exercise (1F1B), and
+otherwise use it only to explain wrong gradients.
 """
 
 import re
@@ -25,13 +26,22 @@ ORDER_CASES = [(2, 4), (4, 8), (4, 4), (3, 5), (4, 2), (2, 1)]   # (p, m), m < p
 # ---------------------------------------------------------------- exercise 5.1
 
 
+def _table(got):
+    """Rows as lists of "F3"/"B3"/None (idle may also be "" or "."), else as given."""
+    try:
+        return [[None if a is None or str(a) in ("", ".") else str(a) for a in row]
+                for row in got]
+    except TypeError:
+        return got
+
+
 def gpipe_table(fn) -> None:
     """Check ``fn(p, m)`` builds GPipe's rank x step table of "F3"/"B3"/None."""
     name = "gpipe_table"
     for p, m in [(2, 2), (3, 4), (4, 8)]:
         want = [[None if a is None else str(a) for a in row]
                 for row in pipeline.schedule("gpipe", p, m)]
-        got = attempt(name, fn, p, m)
+        got = _table(attempt(name, fn, p, m))
         if got != want:
             hint = (f"{p} rows (ranks) of {2 * (m + p - 1)} steps each: rank r does "
                     f"F0 at step r, and B0 of the last rank follows F{m - 1}. "
@@ -52,8 +62,13 @@ def _text(order: list) -> str:
     return " ".join(f"{kind}{i}" for kind, i in order)
 
 
-def _check_gradients(name: str, ranks: list, cfg, run: int, what: str) -> None:
-    """Fail naming the rank and tensor whose gradient is off the full batch's."""
+def _check_gradients(name: str, ranks: list, cfg, run: int, what: str,
+                     order_hint: str | None = None) -> None:
+    """Fail naming the rank and tensor whose gradient is off the full batch's.
+
+    ``order_hint``: what the recorded orders say about a wrong gradient (or None);
+    it only explains a failure, it never causes one.
+    """
     want = stages.reference(cfg)
     m = cfg.num_microbatches
     gap = first_gap(want["grads"], ranks, cfg, run)
@@ -64,6 +79,8 @@ def _check_gradients(name: str, ranks: list, cfg, run: int, what: str) -> None:
                     f"losses were added up, not averaged. Divide each micro-batch's "
                     f"loss by m = {m} before its backward (the mean of m means is the "
                     "batch's mean).")
+        elif order_hint:
+            hint = order_hint
         else:
             hint = ("Does the last rank pair micro-batch i's output with micro-batch "
                     "i's targets, and does each received gradient go to the out of "
@@ -90,28 +107,42 @@ def _explain_gpipe(text: str) -> str | None:
     return explain_messages(text)
 
 
-def _check_gpipe_order(name: str, orders: list, m: int) -> None:
-    """Fail naming the rank whose forwards and backwards are not GPipe's order."""
+def _backward_orders_hint(orders: list) -> str | None:
+    """Explain wrong gradients by backward waves that differ between ranks."""
     backwards = [[i for kind, i in order if kind == "B"] for order in orders]
-    if len({tuple(b) for b in backwards}) > 1:
-        raise ExerciseFailed(
-            f"{name}: m={m}: the ranks ran their backward waves in different orders "
-            f"({', '.join(f'rank {r}: {b}' for r, b in enumerate(backwards))}). A rank "
-            "receives gradients in the order the next rank sends them, so here a "
-            "gradient met another micro-batch's activations. Run the backward wave in "
-            "the same micro-batch order on every rank: 0, 1, ..., m-1.")
-    for rank, (got, want) in enumerate(zip(orders, _reference_orders("gpipe", 2, m))):
-        if got != want:
+    if len({tuple(b) for b in backwards}) <= 1:
+        return None
+    return ("The ranks ran their backward waves in different orders ("
+            + ", ".join(f"rank {r}: {b}" for r, b in enumerate(backwards))
+            + "). A rank receives gradients in the order the next rank sends them, "
+            "so here a gradient met another micro-batch's activations. Run the "
+            "backward wave in the same micro-batch order on every rank (any order, "
+            "e.g. 0, 1, ..., m-1).")
+
+
+def _check_fill_drain(name: str, orders: list, m: int) -> None:
+    """Fail naming the rank that started a backward before its last forward.
+
+    Called once the gradients are right: any order of micro-batches is fine, but
+    GPipe (what section 3 measures) runs every forward before the first backward.
+    """
+    for rank, order in enumerate(orders):
+        kinds = "".join(kind for kind, _ in order)
+        if kinds != "F" * m + "B" * m:
             raise ExerciseFailed(
-                f"{name}: m={m}: rank {rank} ran {_text(got)}; GPipe runs "
-                f"{_text(want)}: the forward wave (every micro-batch), then the "
-                "backward wave, micro-batches in order 0, 1, ..., m-1.")
+                f"{name}: m={m}: the gradients are right, but rank {rank} ran "
+                f"{_text(order)}: that is not GPipe's fill-drain. GPipe runs the "
+                "forward wave (all m forwards) before the backward wave (all m "
+                "backwards), in any micro-batch order; section 3 measures that "
+                "schedule.")
 
 
 def gpipe_step(path="gpipe.py", bound_s: float = BOUND_S) -> None:
     """Check the learner's GPipe step on 2 gloo ranks for m = 2 and 4 micro-batches.
 
-    The order each rank ran must be GPipe's, the gradients the full batch's.
+    The gradients must be the full batch's; then each rank must have run all its
+    forwards before its first backward (any micro-batch order). The recorded order
+    only explains wrong gradients (backward waves that differ between ranks).
     """
     name = "gpipe_step"
     module = load_program(path)
@@ -121,11 +152,12 @@ def gpipe_step(path="gpipe.py", bound_s: float = BOUND_S) -> None:
     ranks = launch_program(name, stages.run_program, 2, args=(program, cfgs),
                            timeout=60, explain=_explain_gpipe, module=module.__name__)
     for run, cfg in enumerate(cfgs):
-        _check_gpipe_order(name, [r["runs"][run]["order"] for r in ranks],
-                           cfg.num_microbatches)
-        _check_gradients(name, ranks, cfg, run, "GPipe")
-    passed(name, "m = 2 and 4: forward wave, backward wave, and the full batch's "
-                 f"gradients (to {TOLERANCE:g}) on both ranks.")
+        orders = [r["runs"][run]["order"] for r in ranks]
+        _check_gradients(name, ranks, cfg, run, "GPipe", _backward_orders_hint(orders))
+        _check_fill_drain(name, orders, cfg.num_microbatches)
+    passed(name, "m = 2 and 4: the full batch's gradients (to "
+                 f"{TOLERANCE:g}) on both ranks, every forward before the first "
+                 "backward. Not checked here: NCCL on GPUs (the check runs on gloo).")
 
 
 # ---------------------------------------------------------------- exercise 5.3
