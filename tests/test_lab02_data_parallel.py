@@ -6,6 +6,9 @@ dp_step.py), written to a temporary folder with one deliberate mistake applied
 lab 02 keeps in labkit (replica devices, exact float32, DataParallel memory).
 """
 
+import shutil
+from pathlib import Path
+
 import pytest
 import torch
 from notebook_cells import write_program
@@ -149,10 +152,11 @@ DP_STEP_MISTAKES = {
         "at step 2 .* stale"),
     "a replica's optimizer stepped": (
         [(STEP, "    type(optimizer)(replicas[0].parameters(), lr=0.1).step()\n")],
-        "an optimizer over other parameters than the model's"),
+        "(?i)an optimizer over other parameters than the model's"),
     "a new optimizer over the model": (
         [(STEP, "    type(optimizer)(model.parameters(), lr=0.1).step()\n")],
-        "you stepped a new optimizer"),
+        "at step 2 .* the gradient was right but the weights .* (?i:you stepped a new "
+        "optimizer)"),
     "one step per replica": (
         [(STEP, "    for _ in replicas:\n        optimizer.step()\n")],
         "stepped 2 times"),
@@ -170,8 +174,16 @@ DP_STEP_MISTAKES = {
     "shallow copies": ([("copy.deepcopy(model)", "copy.copy(model)")], "shallow copy"),
     "unbalanced chunks": (
         [("images.tensor_split(len(devices)), labels.tensor_split(len(devices))",
-          "images.chunk(len(devices)), labels.chunk(len(devices))")],
-        "sizes \\[4, 3, 3\\]"),
+          "images.tensor_split([1, 2]), labels.tensor_split([1, 2])")],
+        "got \\[1, 1, 8\\]"),
+    "every chunk on devices[0]": (
+        [("for (x, y), device in zip(pieces, devices)]",
+          "for (x, y), device in zip(pieces, [devices[0]] * len(devices))]")],
+        "chunk 1 is on \\['cpu'\\], not on meta"),
+    "replicas left on the model's device": (
+        [("copy.deepcopy(model).to(device) for device in devices",
+          "copy.deepcopy(model) for device in devices")],
+        "replica 1 is on \\['cpu'\\], not on meta"),
     "labels split apart from images": (
         [("labels.tensor_split(len(devices))",
           "labels.flip(0).tensor_split(len(devices))")],
@@ -245,6 +257,57 @@ def test_checks_leave_no_hooks_behind(tmp_path):
         checks.data_parallel_step(path, tmp_path / "parallel_apply.py")
     assert (len(nn_module._global_forward_pre_hooks),
             len(optim_module._global_optimizer_pre_hooks)) == before
+
+
+# ---------------------------------------------------------------- other idioms
+
+ALTERNATIVES = Path(__file__).resolve().parent / "alternatives"
+
+
+def _alternative(folder, stem, module):
+    """Copy tests/alternatives/<stem>.py into ``folder`` as the module a cell writes."""
+    path = Path(folder) / module
+    shutil.copy(ALTERNATIVES / f"{stem}.py", path)
+    return path
+
+
+@pytest.mark.parametrize("stem", ["lab02_parallel_apply_futures",
+                                  "lab02_parallel_apply_pytorch",
+                                  "lab02_parallel_apply_notes"])
+def test_parallel_apply_passes_in_other_idioms(tmp_path, capsys, stem):
+    """Does a correct parallel_apply in another idiom pass (futures, PyTorch's own
+    ExceptionWrapper, exception notes; "Replica 1 failed" in any case)?"""
+    checks.parallel_apply(_alternative(tmp_path, stem, "parallel_apply.py"))
+    assert "✅ parallel_apply: passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("message", ["Replica 1 failed", "REPLICA #1 FAILED",
+                                     "fns[1] raised", "replica index 1 raised"])
+def test_parallel_apply_accepts_any_naming_of_the_replica(tmp_path, capsys, message):
+    """Is the failing replica accepted however the message spells it?"""
+    path = write_program(tmp_path, NOTEBOOK, "parallel_apply.py",
+                         [(RAISE, f"raise RuntimeError({message!r}) from err")])
+    checks.parallel_apply(path)
+    assert "✅ parallel_apply: passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("stem, sizes", [("lab02_dp_step_chunk", "43+43+41"),
+                                         ("lab02_dp_step_tutorial", "43+42+42")])
+def test_dp_step_passes_in_other_idioms(tmp_path, capsys, stem, sizes):
+    """Does a correct step in another idiom pass: chunk's sizes as nn.DataParallel
+    splits (43/43/41), or a tutorial's state_dict replicas and torch.stack?"""
+    helper = write_program(tmp_path, NOTEBOOK, "parallel_apply.py")
+    checks.data_parallel_step(_alternative(tmp_path, stem, "dp_step.py"), helper)
+    out = capsys.readouterr().out
+    assert "✅ data_parallel_step: passed" in out and sizes in out
+    assert "Not checked here: that reduce_gradients" in out or torch.cuda.is_available()
+
+
+def test_dp_step_runs_on_other_parallel_apply(tmp_path, capsys):
+    """Does the solution's step pass on top of another correct parallel_apply?"""
+    helper = _alternative(tmp_path, "lab02_parallel_apply_futures", "parallel_apply.py")
+    checks.data_parallel_step(write_program(tmp_path, NOTEBOOK, "dp_step.py"), helper)
+    assert "✅ data_parallel_step: passed" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------- labkit.dataparallel
