@@ -140,3 +140,50 @@ def test_train_step_hints():
 
     _fails(single_device.train_step, no_zero_grad, "zero_grad")
     _fails(single_device.train_step, returns_tensor, "Python float")
+
+
+def _passes(check, fn, capsys):
+    check(fn)
+    assert "✅" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("choose", [
+    lambda: torch.device("cuda:0" if torch.cuda.is_available() else "cpu"),
+    lambda: torch.device("cuda" if torch.cuda.device_count() > 0 else "cpu"),
+    lambda: (torch.accelerator.current_accelerator(check_available=True)
+             or torch.device("cpu")),
+])
+def test_device_choice_in_other_idioms(choose, capsys):
+    """Do 'cuda:0', device_count() and torch.accelerator pass as well?"""
+    _passes(single_device.device_choice, choose, capsys)
+
+
+def test_numbers_of_any_type_pass(capsys):
+    """Are a NumPy integer and a one-element tensor judged by their value?"""
+    import numpy as np
+
+    _passes(environment.count_parameters,
+            lambda m: np.int64(sum(p.numel() for p in m.parameters() if p.requires_grad)),
+            capsys)
+    _passes(environment.training_memory,
+            lambda n, b, a: torch.tensor(16 * n * b // 4 + a, dtype=torch.float64),
+            capsys)
+
+
+def test_transform_v2_passes(capsys):
+    """Does a transform written with torchvision's transforms.v2 pass?"""
+    from torchvision.transforms import v2
+
+    _passes(single_device.mnist_transform,
+            lambda: v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
+                                v2.Normalize([data.MEAN], [data.STD])]), capsys)
+
+
+def test_minibatches_with_a_generator_on_the_data_device(capsys):
+    """Does a permutation drawn with randperm(device=...) and split() pass?"""
+    def by_split(images, labels, batch_size, generator=None):
+        order = torch.randperm(len(labels), generator=generator, device=labels.device)
+        for index in order.split(batch_size):
+            yield images.index_select(0, index), labels.index_select(0, index)
+
+    _passes(single_device.minibatches, by_split, capsys)

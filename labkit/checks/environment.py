@@ -1,5 +1,12 @@
-"""Checks for the environment-and-hardware lab: parameters, memory, all-reduce time."""
+"""Checks for the environment-and-hardware lab: parameters, memory, all-reduce time.
 
+A number may come back as a Python int or float, a NumPy scalar or a one-element
+tensor: the checks judge its value, not its type.
+"""
+
+import numbers
+
+import torch
 from torch import nn
 
 from labkit import estimate, models
@@ -7,6 +14,18 @@ from labkit.checks._core import attempt, expect_close, passed
 from labkit.checks._reference import use_reference
 
 __all__ = ["use_reference", "count_parameters", "training_memory", "allreduce_time"]
+
+
+def _number(exercise, fn, *args):
+    """Call the learner's ``fn``; return its answer as an int or float if it is one."""
+    got = attempt(exercise, fn, *args)
+    if torch.is_tensor(got) and got.numel() == 1:
+        got = got.item()
+    if isinstance(got, numbers.Integral) and not isinstance(got, bool):
+        return int(got)
+    if isinstance(got, numbers.Real) and not isinstance(got, bool):
+        return float(got)
+    return got
 
 
 def count_parameters(fn) -> None:
@@ -24,7 +43,7 @@ def count_parameters(fn) -> None:
         ("a model whose first layer is frozen", frozen, 12),
     ]
     for case, model, want in cases:
-        got = attempt(name, fn, model)
+        got = _number(name, fn, model)
         hint = (
             "Frozen parameters (requires_grad=False) get no gradient or Adam state: "
             "skip them."
@@ -43,7 +62,7 @@ def training_memory(fn) -> None:
         (7_000_000_000, 2, 10**9),
         (123_456, 4, 5_000),
     ]:
-        got = attempt(name, fn, num_params, width, activations)
+        got = _number(name, fn, num_params, width, activations)
         want = estimate.training_memory_bytes(num_params, width, activations)
         copies = (
             (got - activations) / (num_params * width)
@@ -82,7 +101,7 @@ def allreduce_time(fn) -> None:
         (25_000_000, 4, 12.5, 4, 20e-6),
     ]
     for num_params, world_size, link, width, latency in cases:
-        got = attempt(name, fn, num_params, world_size, link, width, latency)
+        got = _number(name, fn, num_params, world_size, link, width, latency)
         want = estimate.allreduce_seconds(num_params, world_size, link, width, latency)
         hint = _allreduce_hint(got, want, num_params, world_size, link, width, latency)
         expect_close(

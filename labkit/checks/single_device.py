@@ -20,16 +20,20 @@ def device_choice(fn) -> None:
     """Check ``fn() -> torch.device`` picks cuda only when CUDA is really available."""
     name = "choose_device"
     for available, want in [(False, "cpu"), (True, "cuda")]:
-        with mock.patch("torch.cuda.is_available", lambda: available):
+        # Fake both answers, however the learner asks: is_available(), device_count()
+        # or torch.accelerator (which asks torch.cuda.is_available()).
+        with mock.patch("torch.cuda.is_available", lambda: available), \
+                mock.patch("torch.cuda.device_count", lambda: int(available)):
             got = attempt(name, fn)
         if not isinstance(got, torch.device):
-            raise ExerciseFailed(f"{name}: return a torch.device, got {got!r}.")
+            raise ExerciseFailed(f"{name}: return a torch.device (torch.device("
+                                 f"'cuda') or torch.device('cpu')), got {got!r}.")
         if got.type != want:
             hint = (
                 "`torch.cuda.is_available` without () is a function object, and a "
                 "function is always truthy: call it."
                 if want == "cpu"
-                else "When CUDA is available, return torch.device('cuda')."
+                else "When CUDA is available, return torch.device('cuda') (or 'cuda:0')."
             )
             raise ExerciseFailed(
                 f"{name}: with CUDA available={available} expected "
