@@ -49,16 +49,20 @@ class Recorder:
 
     def __init__(self, row: int = 0, device="cpu"):
         self.row = row
-        self.cuda = torch.device(device).type == "cuda"
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
         self._done: list = []
-        if self.cuda:
-            torch.cuda.synchronize(device)
+        if self.cuda:   # "cuda" alone: the current device, fixed now
+            if self.device.index is None:
+                self.device = torch.device("cuda", torch.cuda.current_device())
+            torch.cuda.synchronize(self.device)
             self._origin, self._origin_wall = self._cuda_event(), time.perf_counter()
 
-    @staticmethod
-    def _cuda_event():
+    def _cuda_event(self):
+        """An event on this recorder's device's current stream (not the current
+        device's: a rank may record for cuda:1 while cuda:0 is current)."""
         event = torch.cuda.Event(enable_timing=True)
-        event.record()
+        event.record(torch.cuda.current_stream(self.device))
         return event
 
     @contextmanager
@@ -77,7 +81,7 @@ class Recorder:
         """Return the recorded events, in seconds on the wall clock."""
         if not self.cuda:
             return [Event(*item) for item in self._done]
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(self.device)
 
         def wall(event) -> float:
             return self._origin_wall + self._origin.elapsed_time(event) / 1e3

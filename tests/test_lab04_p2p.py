@@ -78,3 +78,15 @@ def test_receives_waited_out_of_order_get_their_own_data(worker):
 def test_a_wrong_buffer_is_named(worker):
     ranks = launch.run(worker, 2, args=("wrong shape",), backend="gloo", timeout=60)
     assert "buffer of shape (3, 2) float32, but rank 0 sent (2, 3) float32" in ranks[1][0]
+
+
+def test_bounded_refuses_nccl(monkeypatch):
+    """The guard's headers need message tags, which NCCL ignores: it says so."""
+    import torch.distributed as dist
+
+    from labkit import p2p
+
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
+    with pytest.raises(ValueError, match="runs on gloo"):
+        with p2p.bounded(0, 1.0, []):
+            pass

@@ -115,3 +115,31 @@ def test_watch_counts_one_saved_tensor_once_and_skips_weights():
         z = (x * x).sum()    # saves x twice more: the same tensor
     assert watch.peak_bytes == x.numel() * x.element_size()
     (y.sum() + z).backward()
+
+
+def test_recorder_records_on_its_own_device(monkeypatch):
+    """With a fake CUDA: events go on the recorder's device's stream, and events()
+    synchronises that device (not the current one)."""
+    seen = {"record": [], "sync": []}
+
+    class FakeEvent:
+        def __init__(self, enable_timing=False):
+            self.at = 0.0
+
+        def record(self, stream=None):
+            seen["record"].append(stream)
+
+        def elapsed_time(self, other):
+            return 2.0   # ms
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: seen["sync"].append(d))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda d=None: f"stream of {d}")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    recorder = timeline.Recorder(1, "cuda:1")
+    with recorder.record("F", 0):
+        pass
+    (event,) = recorder.events()
+    assert seen["record"] == ["stream of cuda:1"] * 3
+    assert seen["sync"] == [torch.device("cuda", 1)] * 2
+    assert event.row == 1 and event.kind == "F"
