@@ -26,12 +26,25 @@ BENCHMARKS = {
 }
 
 
-def run(name: str):
-    """Run the benchmark called ``name``; an unknown name lists the valid ones."""
+# options a benchmark accepts besides its defaults (``labkit bench NAME --OPTION``)
+OPTIONS = {"allreduce": ("link",)}
+
+
+def run(name: str, **options):
+    """Run the benchmark called ``name``; an unknown name lists the valid ones.
+
+    ``options`` (e.g. ``link="1gbe"`` for allreduce) go to the benchmark; one it
+    does not take is refused.
+    """
     if name not in BENCHMARKS:
         raise ValueError(
             f"Unknown benchmark {name!r}: choose one of "
             f"{', '.join(sorted(BENCHMARKS))}."
         )
+    unknown = set(options) - set(OPTIONS.get(name, ()))
+    if unknown:
+        raise ValueError(f"Benchmark {name!r} takes no --{', --'.join(sorted(unknown))}"
+                         f" (options: {', '.join(OPTIONS.get(name, ())) or 'none'}).")
     module, function, _ = BENCHMARKS[name]
-    return getattr(importlib.import_module(f"labkit.bench.{module}"), function)()
+    return getattr(importlib.import_module(f"labkit.bench.{module}"),
+                   function)(**options)

@@ -5,6 +5,12 @@ Taught in: lab 06 (the learner writes ``time_allreduce``; this is labkit's copy,
 a test checks the two agree). NCCL with one GPU per rank when there are 2 GPUs or
 more, else 2 gloo CPU ranks. Last line: ``allreduce busbw at 64 MB: <GB/s>`` (64 MB
 as nccl-tests counts it: 64 MiB = 67,108,864 bytes).
+
+``labkit bench allreduce --link 1gbe`` (root only: ``labkit.cluster``) runs the 2
+ranks on two network-namespace nodes joined by a link shaped to the profile, and
+fits alpha and beta there. Last line: the fitted beta vs the shaped rate, with the
+tolerance ``LINK_TOLERANCE`` measured on this course's 2-core machine (8 runs on
+1gbe: beta within -3.6 % ... -1.9 % of the shaped rate), and alpha.
 """
 
 import statistics
@@ -15,9 +21,15 @@ import torch.distributed as dist
 
 from labkit import comm_model, hardware, launch
 
-__all__ = ["time_allreduce", "sizes_up_to", "allreduce"]
+__all__ = ["time_allreduce", "sizes_up_to", "allreduce", "allreduce_on_link",
+           "LINK_TOLERANCE"]
 
 HEADLINE_BYTES = 64 * 2**20
+# |fitted beta / shaped rate - 1| on a shaped link: measured, see the docstring.
+LINK_TOLERANCE = 0.10
+# On the wire a full TCP segment is 1514 bytes (Ethernet 14, IP 20, TCP 32 with
+# timestamps) carrying 1448 of payload: tbf counts every byte of it.
+PAYLOAD_SHARE = 1448 / 1514
 
 
 def _synchronize(device) -> None:
@@ -72,11 +84,81 @@ def _measure(world_size: int, backend: str, sizes: list[int]) -> dict:
     return times
 
 
-def allreduce(max_bytes: int = HEADLINE_BYTES) -> float:
+def _time_groups(ctx, groups) -> dict:
+    """Rank worker: ``time_allreduce`` for each (sizes, iterations) group, in turn."""
+    times = {}
+    for sizes, iters in groups:
+        times.update(time_allreduce(ctx, sizes, iters, 3))
+    return times
+
+
+def allreduce_on_link(profile="1gbe", max_bytes: int = HEADLINE_BYTES, rate=None,
+                      delay=None) -> dict:
+    """Time all-reduce between 2 nodes on a shaped link; fit alpha-beta; say how close.
+
+    One gloo rank in each of two network-namespace nodes (``labkit.cluster``: needs
+    root), the link shaped to ``profile`` (``rate``/``delay`` override it). Returns
+    the times, the fit, the shaped rate (bytes/s), beta's relative error and whether
+    it is within ``LINK_TOLERANCE``. The last line printed says all of it.
+    """
+    from labkit import cluster
+
+    reason = cluster.unavailable()
+    if reason:
+        raise RuntimeError(f"--link {reason}.")
+    sizes = sizes_up_to(max_bytes)
+    groups = [(g, iters) for g, iters in (([n for n in sizes if n < 2**22], 20),
+                                          ([n for n in sizes if n >= 2**22], 5)) if g]
+    with cluster.Cluster(2, profile, rate, delay, verbose=False) as box:
+        shaped = box.link
+        print(f"all-reduce of float32 tensors, 4 B to {max_bytes:,} B, 2 gloo ranks on "
+              f"2 nodes ({box.describe()}); median of 20 iterations (5 from 4 MiB), "
+              "after 3 warm-up calls and a barrier.")
+        ranks = box.launch(_time_groups, args=(groups,), timeout=300)
+        delay_shaped = box.delay_shaped
+    times = {n: max(r[n] for r in ranks) for n in sizes}
+    fit = comm_model.fit_alpha_beta(times)
+    comm_model.table(times, 2, fit)
+    print(f"alpha-beta fit: {fit}")
+    report = {"times": times, "fit": fit, "profile": shaped.name,
+              "shaped_bytes_per_s": shaped.bytes_per_s, "delay_s": shaped.delay_s,
+              "delay_shaped": delay_shaped, "error": None, "within": None,
+              "tolerance": LINK_TOLERANCE}
+    if shaped.bytes_per_s is None:
+        beta = f"beta {fit.beta / 1e9:.3f} GB/s (rate not shaped)"
+    else:
+        error = fit.beta / shaped.bytes_per_s - 1
+        report.update(error=error, within=abs(error) <= LINK_TOLERANCE)
+        print(f"TCP/IP headers take {1 - PAYLOAD_SHARE:.1%} of the shaped rate: the "
+              f"payload can reach {shaped.bytes_per_s * PAYLOAD_SHARE / 1e9:.3f} GB/s.")
+        if error < -LINK_TOLERANCE:
+            print("beta is well below the shaped rate: this machine's gloo cannot "
+                  "fill the link (`labkit bench allreduce` without --link measures "
+                  "what it can); the CPUs, not the link, are the limit.")
+        beta = (f"beta {fit.beta / 1e9:.3f} GB/s vs shaped "
+                f"{shaped.bytes_per_s / 1e9:.3f} GB/s ({error:+.1%}, tolerance "
+                f"±{LINK_TOLERANCE:.0%})")
+    if delay_shaped:
+        alpha = (f"alpha {fit.alpha * 1e6:.0f} us, the link adds 2 x "
+                 f"{shaped.delay_s * 1e6:g} us (2 ranks: 2 one-way hops)")
+    else:
+        alpha = (f"alpha {fit.alpha * 1e6:.0f} us (no delay shaped"
+                 f"{': no netem in this kernel' if shaped.delay_s else ''}; gloo's "
+                 "and the CPUs' own latency)")
+    print(f"allreduce on {shaped.name}: {beta}; {alpha}")
+    return report
+
+
+def allreduce(max_bytes: int = HEADLINE_BYTES, link=None):
     """Measure all-reduce from 4 B to ``max_bytes``; print the table; return busbw.
 
-    The returned figure is busbw (GB/s) at the largest size.
+    The returned figure is busbw (GB/s) at the largest size. With ``link`` (a
+    profile of ``labkit.cluster``: 1gbe, 10gbe, 25gbe, lowlat), the 2 ranks run on
+    two nodes over that shaped link instead: see ``allreduce_on_link`` (it returns
+    its report).
     """
+    if link is not None:
+        return allreduce_on_link(link, max_bytes)
     gpus = torch.cuda.device_count()
     world_size = gpus if gpus >= 2 else 2
     backend = "nccl" if gpus >= 2 else "gloo"
