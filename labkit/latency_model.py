@@ -12,6 +12,7 @@ measurements; until then ``LINKS`` holds published figures, each with its source
 Units: seconds, bytes, bytes/s (1 GB/s = 1e9 bytes/s), FLOP/s.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 __all__ = ["Link", "Device", "Layers", "LINKS", "DEVICES", "GPT3", "SPLITS",
@@ -178,3 +179,37 @@ GPT3 = {
     "GPT-3 13B": (40, 5140),
     "GPT-3 175B": (96, 12288),
 }
+
+
+# ---------------------------------------------------------------- how robust a verdict is
+
+
+def derated(device: Device, memory_fraction: float = 1.0,
+            flops_fraction: float = 1.0) -> Device:
+    """Return ``device`` reaching only these fractions of its peak figures.
+
+    The roofline assumes 100 % of HBM bandwidth; real decoding kernels reach 60-90 %.
+    """
+    return dataclasses.replace(
+        device, name=f"{device.name} at {memory_fraction:.0%} of HBM",
+        memory_bytes_per_s=device.memory_bytes_per_s * memory_fraction,
+        flops_per_s=device.flops_per_s * flops_fraction)
+
+
+def with_overhead(link: Link, extra_s: float) -> Link:
+    """Return ``link`` whose every message and all-reduce costs ``extra_s`` more
+    (kernel launches, a larger alpha at 8 GPUs than the 2-GPU figure)."""
+    return dataclasses.replace(link, name=f"{link.name} + {extra_s * 1e6:g} us",
+                               alpha_s=link.alpha_s + extra_s)
+
+
+def largest_under(budget_s: float, device: Device, link: Link, n: int,
+                  split: str = "tensor", layers_per_hidden: int = 128) -> Layers:
+    """Return the largest GPT-3-shaped stack (layers = h / ``layers_per_hidden``, h a
+    multiple of 128) whose one decoding step takes under ``budget_s``."""
+    fits = [transformer(h // layers_per_hidden, h) for h in range(1024, 32769, 128)
+            if request_seconds(transformer(h // layers_per_hidden, h), device, link, n,
+                               split) < budget_s]
+    if not fits:
+        raise ValueError(f"No model of hidden size >= 1024 fits {budget_s * 1e3:g} ms.")
+    return max(fits, key=lambda layers: layers.params)
