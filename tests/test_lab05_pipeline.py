@@ -178,6 +178,15 @@ def test_one_f_one_b_names_the_mistake(folder, mistake, replace, hint):
         checks.one_f_one_b(str(path), bound_s=STUCK_S)
 
 
+def test_one_f_one_b_orders_as_strings_or_actions(folder):
+    """"F3" strings and pipeline.Action tuples are the same order: accepted."""
+    from labkit.checks.pipeline import _normalised
+
+    want = [("F", 0), ("F", 1), ("B", 0), ("B", 1)]
+    assert _normalised(["F0", "F1", "B0", "B1"]) == want
+    assert _normalised([a for a in pipeline.orders("gpipe", 2, 2)[0]]) == want
+
+
 def test_one_f_one_b_stub_is_not_done_yet(folder):
     """Does the lab's stub fail with 'not done yet' before anything is launched?"""
     path = write_program(folder, NOTEBOOK, "one_f_one_b.py", source_folder="labs")

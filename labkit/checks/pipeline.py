@@ -178,9 +178,14 @@ def _order_hint(got: list, want: list, rank: int, p: int, m: int) -> str:
 
 
 def _normalised(got) -> list | None:
+    """("F", 3) pairs from pairs, longer tuples (kind, micro-batch, ...) or "F3"."""
+    def one(action):
+        if isinstance(action, str):
+            return action[:1], int(action[1:])
+        return str(action[0]), int(action[1])
     try:
-        return [(str(kind), int(i)) for kind, i in got]
-    except (TypeError, ValueError):
+        return [one(action) for action in got]
+    except (TypeError, ValueError, IndexError):
         return None
 
 
