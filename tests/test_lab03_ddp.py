@@ -85,14 +85,37 @@ def test_ddp_worker_passes_on_the_solution(folder, capsys):
      r"rank\(s\) \[0, 1\] called torch.save"),
     ("no map_location",
      [("map_location=ctx.device, ", "")], "without map_location"),
-    ("the module. prefix saved",
-     [("torch.save(model.module.state_dict(), path)", "torch.save(model.state_dict(), path)")],
-     "saved keys start with 'module.'"),
+    ("no checkpoint written",
+     [("    if ctx.rank == 0:\n        torch.save(model.module.state_dict(), path)   # .module: no \"module.\" prefix\n"
+       "    dist.barrier()                                     # nobody reads a half-written file\n"
+       "    state = torch.load(path, map_location=ctx.device, weights_only=True)\n",
+       "    state = model.module.state_dict()\n")],
+     "no checkpoint was written to cfg.checkpoint"),
 ])
 def test_ddp_worker_names_the_mistake(folder, mistake, replace, hint):
     """Does each classic DDP-worker mistake get its own hint?"""
     path = write_program(folder, NOTEBOOK, "ddp_worker.py", replace)
     expect_hint(checks.ddp_worker, path, hint)
+
+
+@pytest.mark.parametrize("save", [
+    "torch.save(model.state_dict(), path)",
+    'torch.save({"model": model.module.state_dict(), "epochs": 2}, path)',
+])
+def test_ddp_worker_accepts_other_checkpoint_forms(folder, capsys, save):
+    """The module. prefix (PyTorch's tutorial) and a dict around the weights pass."""
+    load = "    state = torch.load(path, map_location=ctx.device, weights_only=True)\n"
+    read = load + ('    state = state["model"]\n' if '"model"' in save else "")
+    path = write_program(folder, NOTEBOOK, "ddp_worker.py", [
+        ("torch.save(model.module.state_dict(), path)", save), (load, read)])
+    checks.ddp_worker(str(path))
+    assert "✅ ddp_worker: passed" in capsys.readouterr().out
+
+
+def test_plain_keys_strips_only_the_ddp_prefix():
+    """Does plain_keys drop a leading 'module.' and nothing else?"""
+    state = {"module.0.weight": 1, "0.bias": 2, "head.module.x": 3}
+    assert checks.plain_keys(state) == {"0.weight": 1, "0.bias": 2, "head.module.x": 3}
 
 
 # ---------------------------------------------------------------- exercise 3.4
@@ -103,6 +126,34 @@ def test_script_runs_the_worker_under_torchrun(folder, capsys):
     checks.ddp_under_torchrun(str(folder / "ddp_script.py"),
                               str(folder / "ddp_worker.py"))
     assert "✅ ddp_under_torchrun: passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("choice", ["torch.cuda.device_count() > local_rank",
+                                    "torch.cuda.is_available()"])
+def test_script_choosing_the_backend_per_process_is_named(folder, choice):
+    """A per-process choice (NCCL on rank 0, gloo on rank 1 on one GPU) or NCCL on too
+    few GPUs is named from the faked nodes, before torchrun runs."""
+    path = write_program(folder, NOTEBOOK, "ddp_script.py", [
+        ("torch.cuda.device_count() >= local_world_size", choice)])
+    expect_hint(lambda p: checks.ddp_under_torchrun(p, str(folder / "ddp_worker.py")),
+                path, "ONE backend|a GPU of its own")
+
+
+def test_faked_nodes_see_the_per_job_rule(folder):
+    """On faked nodes with 0, 1 and 2 GPUs, the solution chooses gloo, gloo, NCCL."""
+    from labkit.checks._programs import load_program
+
+    module = load_program(folder / "ddp_script.py")
+    chosen = {}
+    for gpus in (0, 1, 2):
+        for local_rank in (0, 1):
+            seen = {}
+            with checks._fake_node(module, gpus, local_rank, 2, seen):
+                ctx = module.setup_from_env()
+            chosen[gpus, local_rank] = (seen["backend"], str(ctx.device), seen.get("set"))
+    assert chosen[0, 1] == chosen[1, 0] == chosen[1, 1] == ("gloo", "cpu", None)
+    assert chosen[2, 1][:2] == ("nccl", "cuda:1") and str(chosen[2, 1][2]) == "cuda:1"
+    assert checks._device_choices("x", module) == ""
 
 
 def test_script_without_init_process_group_is_named(folder):
@@ -185,3 +236,64 @@ def test_equivalence_breakers_measure_the_breaks(folder):
     assert [r["batches"] for r in joined] == [5, 4]
     with pytest.raises(launch.CollectiveTimeout):
         launch.run(breakers.uneven_batches, 2, args=(False,), backend="gloo", timeout=3)
+
+
+def test_bucket_timings_use_cuda_events_on_a_gpu(folder, monkeypatch):
+    """On a CUDA device, stamp() records a CUDA event and seconds_between() reads the
+    events' elapsed time (NCCL's futures finish at enqueue, so a host clock would
+    not do); on the CPU both stay the host clock. A fake Event stands in for CUDA."""
+    import torch
+
+    measure = _module(folder, "ddp_measure.py")
+    recorded = []
+
+    class FakeEvent:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+            self.at = None
+
+        def record(self, stream=None):
+            self.at = len(recorded)
+            recorded.append(self)
+
+        def elapsed_time(self, end):   # milliseconds, as CUDA reports them
+            return 250.0 * (end.at - self.at)
+
+    monkeypatch.setattr(measure.torch.cuda, "Event", FakeEvent)
+    start, end = measure.stamp(torch.device("cuda", 0)), measure.stamp(torch.device("cuda", 0))
+    assert isinstance(start, FakeEvent) and recorded == [start, end]
+    assert measure.seconds_between(start, end) == pytest.approx(0.25)
+    first, second = measure.stamp(torch.device("cpu")), measure.stamp(torch.device("cpu"))
+    assert isinstance(first, float) and 0 <= measure.seconds_between(first, second) < 1
+
+
+def test_evaluation_tensors_live_on_the_rank_device(folder, monkeypatch):
+    """padded_evaluation hands the collectives tensors on ctx.device (NCCL has no CPU
+    tensors): checked with the meta device and fake collectives."""
+    import torch
+    import torch.distributed as dist
+
+    from labkit.launch import RankContext
+
+    breakers = _module(folder, "equivalence_breakers.py")
+    devices = []
+
+    class Stop(Exception):
+        pass
+
+    def all_reduce(tensor, *args, **kwargs):
+        devices.append(tensor.device)
+
+    def all_gather(out, tensor, *args, **kwargs):
+        devices.extend([tensor.device, *(t.device for t in out)])
+        raise Stop
+
+    monkeypatch.setattr(dist, "is_available", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+    monkeypatch.setattr(dist, "get_rank", lambda group=None: 0)
+    monkeypatch.setattr(breakers.dist, "all_reduce", all_reduce)
+    monkeypatch.setattr(breakers.dist, "all_gather", all_gather)
+    ctx = RankContext(0, 2, 0, "nccl", torch.device("meta"))
+    with pytest.raises(Stop):
+        breakers.padded_evaluation(ctx, 9)
+    assert devices and all(d.type == "meta" for d in devices)

@@ -201,19 +201,44 @@ class _CheckStop(RuntimeError):
     """Raised inside a rank by a spy that caught a mistake before it could hang."""
 
 
+SAVE_DELAY = 0.5   # s rank 0's save takes here: a rank that loads without waiting shows
+_SPIED = ((torch, "save"), (torch.serialization, "save"), (torch, "load"),
+          (torch.serialization, "load"), (dist, "barrier"),
+          (dist.distributed_c10d, "barrier"))
+
+
+def _file_name(f) -> str | None:
+    """The path a torch.save/torch.load target names (a path, or an open file)."""
+    if isinstance(f, (str, os.PathLike)):
+        return os.fspath(f)
+    name = getattr(f, "name", None)
+    return name if isinstance(name, str) else None
+
+
+def _marker(path: str, stage: str) -> Path:
+    """The file rank 0's save leaves when it starts ("saving") and ends ("written")."""
+    return Path(f"{path}.labkit-{stage}")
+
+
 @contextmanager
 def _spies(ctx, events: list):
-    """Record (in ``events``) the calls the DDP worker must make, in this rank.
+    """Record (in ``events``) the calls the DDP worker makes, in this rank.
 
-    Only while the learner's code runs: sending the result back pickles tensors,
-    which calls torch.save too.
+    Every spelling is seen: ``torch.save``, ``from torch import save`` and
+    ``torch.serialization.save`` alike, because the learner's module is imported
+    while the spies are in place (``spied_train``). The spies only *explain*: the
+    verdict comes from the weights the ranks return and the file they wrote. One
+    piece of evidence is made here: a save takes ``SAVE_DELAY`` s between two
+    markers, so a rank that reads the checkpoint before it is complete is caught (on
+    a real disk it would read a half-written file).
     """
     def note(kind, **details):
         events.append({"kind": kind, "t": time.monotonic(), **details})
 
-    originals = (DistributedSampler.__init__, DistributedSampler.set_epoch,
-                 DistributedDataParallel.__init__, torch.save, torch.load, dist.barrier)
-    sampler_init, set_epoch, ddp_init, save, load, barrier = originals
+    originals = [getattr(owner, name) for owner, name in _SPIED]
+    sampler_init, set_epoch = DistributedSampler.__init__, DistributedSampler.set_epoch
+    ddp_init = DistributedDataParallel.__init__
+    save, load, barrier = originals[0], originals[2], originals[4]
 
     def spied_sampler_init(self, *args, **kwargs):
         sampler_init(self, *args, **kwargs)
@@ -230,41 +255,58 @@ def _spies(ctx, events: list):
 
     def spied_save(obj, f, *args, **kwargs):
         note("save", keys=list(obj) if isinstance(obj, dict) else None)
-        time.sleep(0.3)   # a real file takes time: a rank that does not wait shows it
+        path = _file_name(f)
+        if path:
+            _marker(path, "saving").touch()
+        time.sleep(SAVE_DELAY)   # a real file takes time to write
         save(obj, f, *args, **kwargs)
+        if path:
+            _marker(path, "written").touch()
 
     def spied_load(f, *args, **kwargs):
-        waited = any(e["kind"] == "barrier" for e in events)
-        note("load", map_location="map_location" in kwargs or len(args) > 0)
-        if not waited and ctx.rank != 0:
+        given = kwargs.get("map_location", args[0] if args else None) is not None
+        path = _file_name(f)
+        note("load", map_location=given, path=path)
+        if ctx.rank != 0 and path and (
+                not os.path.exists(path) or (_marker(path, "saving").exists()
+                                             and not _marker(path, "written").exists())):
             raise _CheckStop(f"labkit check: rank {ctx.rank} called torch.load before "
-                             "any dist.barrier()")
+                             "rank 0 had finished writing the checkpoint")
         return load(f, *args, **kwargs)
 
     def spied_barrier(*args, **kwargs):
         note("barrier")
         return barrier(*args, **kwargs)
 
-    (DistributedSampler.__init__, DistributedSampler.set_epoch,
-     DistributedDataParallel.__init__, torch.save, torch.load, dist.barrier) = (
-        spied_sampler_init, spied_set_epoch, spied_ddp_init, spied_save, spied_load,
-        spied_barrier)
+    spies = [spied_save, spied_save, spied_load, spied_load, spied_barrier,
+             spied_barrier]
+    DistributedSampler.__init__ = spied_sampler_init
+    DistributedSampler.set_epoch = spied_set_epoch
+    DistributedDataParallel.__init__ = spied_ddp_init
+    for (owner, name), spy in zip(_SPIED, spies):
+        setattr(owner, name, spy)
     try:
         yield
     finally:
-        (DistributedSampler.__init__, DistributedSampler.set_epoch,
-         DistributedDataParallel.__init__, torch.save, torch.load,
-         dist.barrier) = originals
+        DistributedSampler.__init__, DistributedSampler.set_epoch = (sampler_init,
+                                                                     set_epoch)
+        DistributedDataParallel.__init__ = ddp_init
+        for (owner, name), original in zip(_SPIED, originals):
+            setattr(owner, name, original)
 
 
 def spied_train(ctx, module_name: str, cfg_fields: dict) -> dict:
-    """Rank worker: run the learner's ``train`` with the spies in place.
+    """Rank worker: import and run the learner's ``train`` with the spies in place.
 
     Returns the weights the learner's ``train`` returned and what the spies saw.
+    The module is imported inside the spies, so names it imported (``from torch
+    import save``) are spied too; sending the result back pickles tensors (which
+    calls torch.save), so the spies end before that.
     """
     events: list = []
-    module = importlib.import_module(module_name)
     with _spies(ctx, events):
+        sys.modules.pop(module_name, None)
+        module = importlib.import_module(module_name)
         weights = module.train(ctx, module.Config(**cfg_fields))
     return {"weights": weights, "events": events}
 
@@ -272,9 +314,46 @@ def spied_train(ctx, module_name: str, cfg_fields: dict) -> dict:
 # ---------------------------------------------------------------- exercise 3.3: check
 
 
+def plain_keys(state: dict) -> dict:
+    """Return ``state`` with DDP's ``module.`` prefix taken off every key.
+
+    ``ddp_model.state_dict()`` (PyTorch's DDP tutorial saves that) names the weights
+    ``module.0.weight``; ``ddp_model.module.state_dict()`` names them ``0.weight``.
+    Both hold the same tensors.
+    """
+    return {(k[len("module."):] if isinstance(k, str) and k.startswith("module.")
+             else k): v for k, v in state.items()}
+
+
+def _weights_in(saved) -> dict | None:
+    """Find the weights in a checkpoint: the state dict itself, or the one state dict
+    inside a dict ({"model": ..., "epoch": ...}, as pytorch/examples saves)."""
+    def is_state(obj):
+        return (isinstance(obj, dict) and obj
+                and all(isinstance(v, torch.Tensor) for v in obj.values()))
+
+    if is_state(saved):
+        return plain_keys(saved)
+    if isinstance(saved, dict):
+        inner = [v for v in saved.values() if is_state(v)]
+        if inner:
+            return plain_keys(inner[0])
+    return None
+
+
+def _read_checkpoint(path: str):
+    """Load the file the ranks wrote (None if there is none; a dict may hold extras)."""
+    if not os.path.exists(path):
+        return None
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:   # e.g. a pickled Config next to the weights
+        return torch.load(path, map_location="cpu", weights_only=False)
+
+
 def _explain_crash(traceback_text: str) -> str | None:
     """Name the mistake behind an exception in the learner's DDP worker."""
-    if "torch.load before any dist.barrier()" in traceback_text:
+    if "before rank 0 had finished writing" in traceback_text:
         return ("A rank loaded the checkpoint without waiting: call dist.barrier() on "
                 "every rank after rank 0's torch.save and before torch.load (without it "
                 "rank 1 reads a file that is not written yet).")
@@ -292,48 +371,70 @@ def _events(result: dict, kind: str) -> list:
     return [e for e in result["events"] if e["kind"] == kind]
 
 
-def _check_calls(name: str, ranks: list, epochs: int) -> None:
-    """Name the missing or misplaced call, from what the spies saw on each rank."""
+def _explain_weights(ranks: list, epochs: int) -> str | None:
+    """Name the missing or misplaced call behind wrong weights, from the spies."""
     for rank, result in enumerate(ranks):
         if not _events(result, "ddp"):
-            raise ExerciseFailed(f"{name}: rank {rank} never built "
-                                 "DistributedDataParallel(...): `wrap` must return "
-                                 "DDP(model) (device_ids=[device] on a GPU).")
+            return (f"Rank {rank} never built DistributedDataParallel(...): `wrap` must "
+                    "return DDP(model) (device_ids=[device] on a GPU); without it the "
+                    "ranks never average their gradients.")
         samplers = _events(result, "sampler")
         if not samplers:
-            raise ExerciseFailed(
-                f"{name}: rank {rank} made no DistributedSampler: without it every "
-                "rank reads the whole data set in the same order, so N ranks repeat "
-                "one rank's work. Pass sampler=DistributedSampler(dataset, ...) to the "
-                "DataLoader (and no shuffle=True there).")
+            return (f"Rank {rank} made no DistributedSampler: without it every rank "
+                    "reads the whole data set in the same order, so N ranks repeat one "
+                    "rank's work. Pass sampler=DistributedSampler(dataset, ...) to the "
+                    "DataLoader (and no shuffle=True there).")
         if samplers[-1]["num_replicas"] != len(ranks) or samplers[-1]["rank"] != rank:
-            raise ExerciseFailed(
-                f"{name}: rank {rank}'s DistributedSampler has num_replicas="
-                f"{samplers[-1]['num_replicas']}, rank={samplers[-1]['rank']}: each rank "
-                "then reads the wrong share (with num_replicas=1, the whole data set). "
-                "Leave both out: the sampler reads them from the process group.")
+            return (f"Rank {rank}'s DistributedSampler has num_replicas="
+                    f"{samplers[-1]['num_replicas']}, rank={samplers[-1]['rank']}: each "
+                    "rank then reads the wrong share (with num_replicas=1, the whole "
+                    "data set). Leave both out: the sampler reads them from the process "
+                    "group.")
         epochs_set = [e["epoch"] for e in _events(result, "set_epoch")]
         if epochs_set != list(range(epochs)):
+            return (f"Rank {rank} called sampler.set_epoch with {epochs_set}, expected "
+                    f"{list(range(epochs))}: call sampler.set_epoch(epoch) at the start "
+                    "of every epoch, or every epoch repeats the first one's order.")
+    return None
+
+
+def _check_checkpoint(name: str, ranks: list, path: str, want: dict) -> str:
+    """Judge the file the ranks wrote and how they wrote and read it.
+
+    Returns what could not be checked (for the pass line); raises on a mistake.
+    """
+    saved = _read_checkpoint(path)
+    if saved is None:
+        raise ExerciseFailed(
+            f"{name}: the ranks returned the right weights, but no checkpoint was "
+            f"written to cfg.checkpoint ({path}): rank 0 must torch.save the weights "
+            "there, and every rank load them back from that file.")
+    weights = _weights_in(saved)
+    unseen = []
+    if weights is None:
+        unseen.append("what the checkpoint holds (no state dict found in it)")
+    else:
+        gap = first_difference(want, weights, TOLERANCE)
+        if gap:
             raise ExerciseFailed(
-                f"{name}: rank {rank} called sampler.set_epoch with {epochs_set}, "
-                f"expected {list(range(epochs))}: call sampler.set_epoch(epoch) at the "
-                "start of every epoch, or every epoch repeats the first one's order.")
+                f"{name}: the checkpoint at cfg.checkpoint holds {gap[0]} off by "
+                f"{gap[1]:.2e} from the trained weights: save the model's state_dict() "
+                "after training.")
     savers = [r for r, result in enumerate(ranks) if _events(result, "save")]
-    if savers != [0]:
+    if savers and savers != [0]:
         raise ExerciseFailed(
             f"{name}: rank(s) {savers} called torch.save: only rank 0 should write "
             "(all ranks hold the same weights; N writers race on one file).")
-    keys = _events(ranks[0], "save")[0]["keys"] or []
-    if any(str(k).startswith("module.") for k in keys):
-        raise ExerciseFailed(
-            f"{name}: the saved keys start with 'module.' ({keys[0]}): save "
-            "model.module.state_dict(), which loads into a plain model too.")
+    if not savers:
+        unseen.append("which rank wrote the file (it was not written with torch.save)")
     for rank, result in enumerate(ranks):
-        if not all(e["map_location"] for e in _events(result, "load")):
+        loads = [e for e in _events(result, "load") if e["path"] in (None, path)]
+        if not all(e["map_location"] for e in loads):
             raise ExerciseFailed(
                 f"{name}: rank {rank} called torch.load without map_location: on GPUs "
                 "every rank would load onto the GPU the file was saved from (cuda:0). "
                 "Pass map_location=ctx.device.")
+    return "; ".join(unseen)
 
 
 def ddp_worker(path="ddp_worker.py", epochs: int = 2, limit: int = 1024,
@@ -341,8 +442,9 @@ def ddp_worker(path="ddp_worker.py", epochs: int = 2, limit: int = 1024,
     """Check the learner's DDP worker: 2 ranks equal one process; sampler, checkpoint.
 
     Launches ``train`` of the module at ``path`` on 2 gloo ranks (through
-    ``spied_train``), then compares the weights every rank loaded with
-    ``one_process_reference``.
+    ``spied_train``), compares the weights every rank loaded, and the file at
+    ``cfg.checkpoint``, with ``one_process_reference`` (keys with or without DDP's
+    ``module.`` prefix). The spies name the mistake behind wrong weights.
     """
     name = "ddp_worker"
     module = load_program(path)
@@ -355,30 +457,38 @@ def ddp_worker(path="ddp_worker.py", epochs: int = 2, limit: int = 1024,
             name, spied_train, 2, args=(module.__name__, fields), timeout=60,
             explain=_explain_crash, module=module.__name__,
             hang_hint="Is dist.barrier() called on every rank, not only on rank 0?")
+        want = one_process_reference(cfg)
+        for rank, result in enumerate(ranks):
+            got = result["weights"]
+            gap = (first_difference(want, plain_keys(got), TOLERANCE)
+                   if isinstance(got, dict) else ("the weights", float("inf")))
+            if gap is None:
+                continue
+            hint = _explain_weights(ranks, epochs)
+            if hint is None and isinstance(got, dict):
+                same_order = one_process_reference(cfg, set_epoch=False)
+                if first_difference(same_order, plain_keys(got), TOLERANCE) is None:
+                    hint = ("That is the run without set_epoch: every epoch had the "
+                            "same order.")
+            hint = hint or ("Zero the gradients, then per batch: forward, "
+                            "cross_entropy, backward, step; move each batch to "
+                            "ctx.device.")
+            raise ExerciseFailed(
+                f"{name}: rank {rank} loaded weights whose {gap[0]} differs from one "
+                f"process trained on the same {epochs} epochs by {gap[1]:.2e} "
+                f"(tolerance {TOLERANCE:g}). {hint}")
+        unseen = _check_checkpoint(name, ranks, fields["checkpoint"], want)
     finally:
-        for leftover in Path(folder).glob("*"):
-            leftover.unlink()
-        os.rmdir(folder)
-    _check_calls(name, ranks, epochs)
-    want = one_process_reference(cfg)
-    for rank, result in enumerate(ranks):
-        gap = first_difference(want, result["weights"], TOLERANCE)
-        if gap is None:
-            continue
-        same_order = one_process_reference(cfg, set_epoch=False)
-        if first_difference(same_order, result["weights"], TOLERANCE) is None:
-            hint = "That is the run without set_epoch: every epoch had the same order."
-        else:
-            hint = ("Zero the gradients, then per batch: forward, cross_entropy, "
-                    "backward, step; move each batch to ctx.device.")
-        raise ExerciseFailed(
-            f"{name}: rank {rank} loaded weights whose {gap[0]} differs from one "
-            f"process trained on the same {epochs} epochs by {gap[1]:.2e} (tolerance "
-            f"{TOLERANCE:g}). {hint}")
+        shutil.rmtree(folder, ignore_errors=True)
     steps = epochs * limit // (2 * batch_per_rank)
+    not_checked = ("; ".join(filter(None, [
+        "ranks on separate machines (one file system here: on a cluster the file must "
+        "be on a disk every node sees)", "where loaded tensors land on GPUs (CPU ranks)",
+        unseen])))
     passed(name, f"2 ranks x {batch_per_rank} images = one process x "
                  f"{2 * batch_per_rank}, to {TOLERANCE:g} after {steps} steps; saved "
-                 "once, loaded everywhere.")
+                 f"once by rank 0, loaded everywhere after it was written. Not checked "
+                 f"here: {not_checked}.")
 
 
 # ---------------------------------------------------------------- exercise 3.4
@@ -399,21 +509,118 @@ def _torchrun_failure(stderr: str) -> str:
     return f"torchrun failed: {last.strip()}.{hint}"
 
 
+_TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                 "MASTER_PORT", "GROUP_RANK", "ROLE_RANK")
+
+
+@contextmanager
+def _fake_node(module, gpus: int, local_rank: int, world_size: int, seen: dict):
+    """Pretend to be torchrun's rank ``local_rank`` of ``world_size`` on a node with
+    ``gpus`` GPUs: torchrun's variables, a fake torch.cuda count, and an
+    init_process_group that only records its backend (``seen``)."""
+    def init_process_group(backend=None, *args, **kwargs):
+        seen["backend"], seen["device_id"] = backend, kwargs.get("device_id")
+
+    fakes = {(torch.cuda, "device_count"): lambda: gpus,
+             (torch.cuda, "is_available"): lambda: gpus > 0,
+             (torch.cuda, "set_device"): lambda device: seen.setdefault("set", device),
+             (dist, "init_process_group"): init_process_group,
+             (dist.distributed_c10d, "init_process_group"): init_process_group,
+             (dist, "is_initialized"): lambda: "backend" in seen,
+             (dist, "get_rank"): lambda group=None: local_rank,
+             (dist, "get_world_size"): lambda group=None: world_size,
+             (dist, "get_backend"): lambda group=None: seen.get("backend")}
+    originals = {key: getattr(*key) for key in fakes}
+    by_object = {id(original): fakes[key] for key, original in originals.items()}
+    imported = {name: value for name, value in vars(module).items()
+                if id(value) in by_object}   # from torch.distributed import ...
+    saved_env = {name: os.environ.get(name) for name in _TORCHRUN_ENV}
+    os.environ.update(RANK=str(local_rank), WORLD_SIZE=str(world_size),
+                      LOCAL_RANK=str(local_rank), LOCAL_WORLD_SIZE=str(world_size),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT="29500", GROUP_RANK="0",
+                      ROLE_RANK=str(local_rank))
+    for (owner, name), fake in fakes.items():
+        setattr(owner, name, fake)
+    for name, value in imported.items():
+        setattr(module, name, by_object[id(value)])
+    try:
+        yield
+    finally:
+        for (owner, name), original in originals.items():
+            setattr(owner, name, original)
+        for name, value in imported.items():
+            setattr(module, name, value)
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _device_choices(name: str, module) -> str:
+    """Run the learner's ``setup_from_env`` as 2 processes on nodes with 0, 1 and 2
+    GPUs (faked): the backend must be one per job, NCCL with one GPU per process.
+
+    This is how the GPU branch is checked on a machine without GPUs. Raises on a
+    choice that cannot work; returns what it could not check ("" when all ran).
+    """
+    for gpus in (0, 1, 2):
+        chosen = []
+        for local_rank in (0, 1):
+            seen: dict = {}
+            try:
+                with _fake_node(module, gpus, local_rank, 2, seen):
+                    ctx = module.setup_from_env()
+            except NotImplementedError:
+                raise ExerciseFailed(f"{name}: not done yet: setup_from_env still "
+                                     "raises NotImplementedError.") from None
+            except Exception as err:   # it needs something the fake does not have
+                return (f"the device choice on GPUs (setup_from_env stopped against a "
+                        f"fake torch.cuda: {type(err).__name__}: {err})")
+            backend = seen.get("backend") or getattr(ctx, "backend", None)
+            device = torch.device(getattr(ctx, "device", "cpu"))
+            chosen.append((str(backend).lower(), device, seen))
+        backends = {backend for backend, _, _ in chosen}
+        if len(backends) > 1:
+            detail = ", ".join(f"local rank {r} {b} on {d}"
+                               for r, (b, d, _) in enumerate(chosen))
+            raise ExerciseFailed(
+                f"{name}: on a node with {gpus} GPU(s) and 2 processes your "
+                f"setup_from_env chose {detail}: one job must use ONE backend (the "
+                "ranks would wait for each other forever). Choose per job, not per "
+                "process: NCCL only when torch.cuda.device_count() >= "
+                "int(os.environ['LOCAL_WORLD_SIZE']), else gloo on the CPU everywhere.")
+        if "nccl" in backends:
+            devices = [d for _, d, _ in chosen]
+            if (gpus < 2 or any(d.type != "cuda" for d in devices)
+                    or len(set(devices)) < 2):
+                raise ExerciseFailed(
+                    f"{name}: on a node with {gpus} GPU(s) and 2 processes your "
+                    f"setup_from_env chose NCCL on {[str(d) for d in devices]}: NCCL "
+                    "needs a GPU of its own for every process, cuda:<LOCAL_RANK>. With "
+                    "fewer GPUs than LOCAL_WORLD_SIZE, use gloo on the CPU.")
+    return ""
+
+
 def ddp_under_torchrun(path="ddp_script.py", worker_path="ddp_worker.py",
                        epochs: int = 1, limit: int = 512, timeout: float = 180) -> None:
     """Check the script runs the same worker under ``torchrun --standalone``, 2 ranks.
 
-    Runs ``torchrun --standalone --nproc-per-node=2 <path> <out> <epochs> <limit>``;
-    the script saves what rank 0 loaded to ``out``, compared with the reference.
+    First ``setup_from_env`` runs against faked nodes with 0, 1 and 2 GPUs (the
+    backend must be one per job). Then ``torchrun --standalone --nproc-per-node=2
+    <path> <out> <epochs> <limit>`` runs with the GPUs hidden, so the ranks are gloo
+    CPU processes whose float32 arithmetic matches the CPU reference to 1e-5 (on
+    GPUs TF32 convolutions differ by ~1e-4); the script saves what rank 0 loaded to
+    ``out``, compared with the reference.
     """
     name = "ddp_under_torchrun"
     load_program(worker_path)   # the worker it imports must be there and import
     script = Path(path).resolve()
-    load_program(script)
+    unseen = _device_choices(name, load_program(script))
     out = Path(tempfile.mkdtemp(prefix="labkit-torchrun-check-")) / "weights.pt"
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 "--nproc-per-node=2", str(script), str(out), str(epochs), str(limit)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
            "PYTHONPATH": os.pathsep.join([str(script.parent), *sys.path])}
     try:
         done = run_command(torchrun, timeout, env=env, cwd=script.parent)
@@ -421,12 +628,14 @@ def ddp_under_torchrun(path="ddp_script.py", worker_path="ddp_worker.py",
         shutil.rmtree(out.parent, ignore_errors=True)
         raise ExerciseFailed(f"{name}: torchrun did not finish within {timeout:g} s: a "
                              "rank waits for another (init_process_group on every "
-                             "rank? the same world size?).") from None
+                             "rank? the same world size? one backend for the job?)."
+                             ) from None
     if done.returncode != 0 or not out.exists():
         shutil.rmtree(out.parent, ignore_errors=True)
         raise ExerciseFailed(f"{name}: {_torchrun_failure(done.stderr)}")
-    weights = torch.load(out, weights_only=True)
+    saved = torch.load(out, weights_only=True)
     shutil.rmtree(out.parent)
+    weights = _weights_in(saved) or {}
     module = load_program(worker_path)
     want = one_process_reference(module.Config(epochs=epochs, limit=limit))
     gap = first_difference(want, weights, TOLERANCE)
@@ -435,5 +644,7 @@ def ddp_under_torchrun(path="ddp_script.py", worker_path="ddp_worker.py",
             f"{name}: under torchrun, {gap[0]} differs from one process by "
             f"{gap[1]:.2e}: is every rank in one process group of world size 2 "
             "(read WORLD_SIZE and RANK, not LOCAL_RANK alone)?")
+    gpu = (f"not checked: {unseen}" if unseen else
+           "the GPU choice was checked against a faked node with 0, 1 and 2 GPUs")
     passed(name, "The same worker, unchanged, under torchrun: same weights as one "
-                 "process.")
+                 f"process (CPU ranks, GPUs hidden for exact float32; {gpu}).")
