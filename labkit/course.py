@@ -13,7 +13,8 @@ The same build keeps three things derived from the solutions in step with them:
   scores them;
 - labkit's reference solutions (``labkit/references/NN_*.json``), what
   ``checks.use_reference(...)`` puts in place of a stuck learner's code;
-- each lab header's ``**Time:**`` sentence (``labkit.lab_time``).
+- each lab header's ``**Time:**`` sentence and INSTRUCTORS.md's tables of lab and track
+  times (``labkit.lab_time``).
 """
 
 import json
@@ -215,6 +216,13 @@ def build_labs(
         if references_dir is not None:
             _refresh(Path(references_dir) / f"{source.stem}.json",
                      references(solution, source.name), check, changed)
+    instructors = solutions_dir.parent / "INSTRUCTORS.md"
+    if instructors.exists():
+        notebooks = {s.name: nbformat.read(s, as_version=4) for s in sources}
+        for notebook in notebooks.values():
+            lab_time.apply_header(notebook)   # as written above (unless checking)
+        _refresh(instructors, lab_time.instructors_text(instructors.read_text(),
+                                                        notebooks), check, changed)
     names = {s.name for s in sources}
     for orphan in sorted(labs_dir.glob("*.ipynb")):
         if orphan.name not in names:

@@ -26,13 +26,25 @@ from pathlib import Path
 
 import nbformat
 
-__all__ = ["WORDS_PER_MINUTE", "APPENDIX", "word_counts", "exercise_minutes",
-           "time_sentence", "apply_header", "measure", "machine"]
+__all__ = ["WORDS_PER_MINUTE", "APPENDIX", "TRACKS", "word_counts", "exercise_minutes",
+           "minutes", "time_sentence", "apply_header", "instructors_text", "measure",
+           "machine"]
 
 WORDS_PER_MINUTE = 200
 APPENDIX = "## Appendix"
 _ESTIMATE = re.compile(r"^#+\s*Exercise\s+\d+\.\d+.*\(≈\s*(\d+)\s*min\)", re.MULTILINE)
 _TIME = re.compile(r"\*\*Time:\*\*.*?(?=\s*\*\*Hardware:\*\*)", re.DOTALL)
+# INSTRUCTORS.md's tracks: which labs each one teaches (core paths; self-study adds
+# every appendix). The prose about each track is in INSTRUCTORS.md itself.
+ALL_LABS = [f"{n:02d}" for n in range(10)]
+TRACKS = {"1-day workshop": ["00", "01", "02", "03", "05", "07"],
+          "2-day workshop": ALL_LABS, "5-day course": ALL_LABS, "self-study": ALL_LABS}
+WITH_APPENDIX = {"5-day course", "self-study"}
+LIVE_FACTOR = 1.3   # explanation, questions and breaks, when a lab is taught live
+_GPUS = {"1-day workshop": "none needed; 1 per learner shows NCCL",
+         "2-day workshop": "none needed; 2 per learner show DDP, pipelines and TP for real",
+         "5-day course": "none needed; 2 per learner recommended",
+         "self-study": "none needed"}
 
 
 def _split(nb) -> tuple[list, list]:
@@ -66,6 +78,19 @@ def _minutes(seconds: float) -> int:
     return max(1, math.ceil(seconds / 60))
 
 
+def minutes(nb) -> dict:
+    """Return a lab's reading, exercises, compute (None: not measured), total and
+    appendix minutes."""
+    core, appendix = word_counts(nb)
+    measured = nb.metadata.get("labkit", {}).get("measured")
+    parts = {"reading": math.ceil(core / WORDS_PER_MINUTE),
+             "exercises": exercise_minutes(nb),
+             "compute": _minutes(measured["full_mode_s"]) if measured else None,
+             "appendix": math.ceil(appendix / WORDS_PER_MINUTE)}
+    parts["total"] = parts["reading"] + parts["exercises"] + (parts["compute"] or 0)
+    return parts
+
+
 def time_sentence(nb) -> str:
     """Return the header's ``**Time:**`` sentence for a notebook."""
     core, appendix = word_counts(nb)
@@ -97,6 +122,49 @@ def apply_header(nb) -> bool:
     sentence = time_sentence(nb)
     nb.cells[0].source = _TIME.sub(lambda _: sentence, nb.cells[0].source, count=1)
     return True
+
+
+def _between(text: str, tag: str, body: str) -> str:
+    """Replace what stands between ``<!-- tag...-->`` and ``<!-- /tag -->``."""
+    pattern = re.compile(rf"(<!-- {tag}\b[^>]*-->\n)(.*?)(<!-- /{tag} -->)", re.DOTALL)
+    if not pattern.search(text):
+        raise ValueError(f"INSTRUCTORS.md has no <!-- {tag} --> ... <!-- /{tag} --> block")
+    return pattern.sub(lambda m: m.group(1) + body + m.group(3), text, count=1)
+
+
+def instructors_text(text: str, notebooks: dict) -> str:
+    """Return INSTRUCTORS.md with its lab-times table and track totals filled in.
+
+    ``notebooks`` maps each solution's file name to the notebook.
+    """
+    rows, by_lab = [], {}
+    for name, nb in sorted(notebooks.items()):
+        m = minutes(nb)
+        by_lab[name[:2]] = m
+        core, appendix = word_counts(nb)
+        measured = nb.metadata.get("labkit", {}).get("measured") or {}
+        compute = (f"{m['compute']} ({measured['full_mode_s']:.0f} s full, "
+                   f"{measured['quick_mode_s']:.0f} s quick)" if measured
+                   else "not measured")
+        title = nb.cells[0].source.splitlines()[0].lstrip("# ").strip()
+        rows.append(f"| {title} | {m['reading']} ({core:,} words) | {m['exercises']} | "
+                    f"{compute} | **{m['total']}** | {m['appendix']} ({appendix:,} words) |")
+    on = {nb.metadata.get("labkit", {}).get("measured", {}).get("on") for nb in
+          notebooks.values()} - {None}
+    table = ("| lab | reading (min) | exercises (min) | compute (min) | total (min) | "
+             "appendix (min) |\n|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
+             + (f"\nCompute measured on {', '.join(sorted(on))}.\n" if on else ""))
+    tracks = ["| track | labs | learner time (min) | taught live (h) | GPUs |",
+              "|---|---|---|---|---|"]
+    for track, labs in TRACKS.items():
+        total = sum(by_lab[lab]["total"] + (by_lab[lab]["appendix"]
+                                             if track in WITH_APPENDIX else 0)
+                    for lab in labs if lab in by_lab)
+        what = ", ".join(labs) + (" with appendices" if track in WITH_APPENDIX else "")
+        live = "—" if track == "self-study" else f"{total * LIVE_FACTOR / 60:.1f}"
+        tracks.append(f"| {track} | {what} | {total} | {live} | {_GPUS[track]} |")
+    text = _between(text, "lab-times", table)
+    return _between(text, "tracks", "\n".join(tracks) + "\n")
 
 
 def machine() -> dict:

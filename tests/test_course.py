@@ -189,3 +189,22 @@ def test_every_lab_states_its_measured_time(path):
     assert lab_time.apply_header(nb), f"{path.name}: no '**Time:** ... **Hardware:**'"
     assert nb.metadata.get("labkit", {}).get("measured"), (
         f"{path.name}: its compute time was never measured: run `labkit measure-labs`")
+
+
+def test_instructors_tables_follow_the_labs():
+    """Are INSTRUCTORS.md's lab table and track totals computed from the notebooks?"""
+    from labkit import lab_time
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Lab 00 — A\n**Time:** x **Hardware:** y"),
+                nbformat.v4.new_markdown_cell("### Exercise 0.1 — e (≈ 10 min)")]
+    nb.metadata["labkit"] = {"measured": {"full_mode_s": 61.0, "quick_mode_s": 5.0,
+                                          "on": "2 CPU cores", "date": "2026-12-01"}}
+    text = ("<!-- lab-times -->\nold\n<!-- /lab-times -->\n"
+            "<!-- tracks -->\nold\n<!-- /tracks -->\n")
+    out = lab_time.instructors_text(text, {"00_a.ipynb": nb})
+    assert "| Lab 00 — A | 1 (17 words) | 10 | 2 (61 s full, 5 s quick) | **13** |" in out
+    assert "| 1-day workshop | 00, 01, 02, 03, 05, 07 | 13 | 0.3 |" in out
+    assert "Compute measured on 2 CPU cores." in out and "old" not in out
+    with pytest.raises(ValueError, match="lab-times"):
+        lab_time.instructors_text("no markers", {"00_a.ipynb": nb})
