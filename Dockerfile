@@ -3,8 +3,9 @@
 # Base: the Jupyter Docker Stacks PyTorch image, CUDA 12 variant, pinned to one dated
 # build. It brings the non-root user jovyan, tini, the healthcheck and the start scripts
 # (start-notebook.py, and jupyterhub-singleuser for JupyterHub), all kept as they are.
-# CUDA 12 rather than cuda13-: CUDA 12.8 wheels run on NVIDIA drivers >= 570, which most
-# university and cloud GPU servers have; CUDA 13 needs >= 580.
+# Its own torch is replaced below by the course pins, which bring their CUDA libraries
+# as wheels, so the base's CUDA variant only decides what it preinstalled (its CUDA 12
+# wheels stay, unused; a cuda13- tag would drop them, but none could be checked here).
 #
 #   docker build -t multi-gpu-course .
 #   docker run --rm --gpus all --shm-size=2g -p 127.0.0.1:8888:8888 \
@@ -15,9 +16,14 @@
 FROM quay.io/jupyter/pytorch-notebook:x86_64-cuda12-2026-02-09
 
 # Where the course's torch and torchvision come from: the same versions as
-# env/requirements.txt, built for CUDA 12.8. On hosts with drivers >= 580 you may pass
-# --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu130 (the PyPI build).
-ARG TORCH_INDEX=https://download.pytorch.org/whl/cu128
+# env/requirements.txt, from PyPI, i.e. exactly the build `make test` runs (torch
+# 2.14.1+cu130: CUDA 13.0, NVIDIA driver >= 580 by CUDA's minor-version compatibility).
+# download.pytorch.org has torch 2.14 for CUDA 12.6, 13.0 and 13.2 only (its CUDA 12.8
+# builds ended with 2.12): on hosts with a CUDA 12 driver (>= 525) pass
+# --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu126 (Maxwell to Hopper, no
+# Blackwell). That index cannot be reached from the course's development machines; the
+# GPU lane's `docker build` is what checks the index it is given.
+ARG TORCH_INDEX=https://pypi.org/simple
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
@@ -26,8 +32,8 @@ ENV COURSE_DIR=/home/${NB_USER}/course \
 
 # The course pins override the base image's own torch: the notebooks are tested with
 # exactly these versions (env/requirements.txt is the one source of truth). torch and
-# torchvision first, from the CUDA 12 index; the second install then finds them
-# satisfied and adds the rest from PyPI.
+# torchvision first, from TORCH_INDEX; the second install then finds them satisfied
+# and adds the rest from PyPI.
 COPY --chown=${NB_UID}:${NB_GID} env/requirements.txt env/requirements-gpu.txt /tmp/env/
 RUN grep -E '^(torch|torchvision)==' /tmp/env/requirements.txt \
         | xargs pip install --no-cache-dir --index-url "${TORCH_INDEX}" \

@@ -105,15 +105,24 @@ def test_dockerfile_takes_versions_from_env_only():
 
 
 def test_cuda_version_agrees():
-    """Do the base tag, the torch wheel index and environment.yml name one CUDA?"""
+    """Does the image install the wheel make test runs, and conda name its CUDA?
+
+    TORCH_INDEX is PyPI, whose torch is the build in this venv (its CUDA is
+    torch.version.cuda); a download.pytorch.org index names its CUDA (cuNNN).
+    """
+    import torch
+
     base = _instructions("FROM")[0]
-    tag = r"quay\.io/jupyter/pytorch-notebook:(x86_64-)?cuda12-\d{4}-\d\d-\d\d"
-    assert re.fullmatch(tag, base), f"pin a dated cuda12- tag, not {base}"
-    index = re.search(r"ARG TORCH_INDEX=\S+/whl/cu(\d+)(\d)\b", DOCKERFILE)
+    tag = r"quay\.io/jupyter/pytorch-notebook:(x86_64-)?cuda1[23]-\d{4}-\d\d-\d\d"
+    assert re.fullmatch(tag, base), f"pin a dated cuda12-/cuda13- tag, not {base}"
+    index = re.search(r"^ARG TORCH_INDEX=(\S+)$", DOCKERFILE, re.M).group(1)
+    wheel = re.search(r"/whl/cu(\d+)(\d)$", index)
+    cuda = f"{wheel.group(1)}.{wheel.group(2)}" if wheel else torch.version.cuda
+    assert wheel or index == "https://pypi.org/simple", index
+    assert cuda, "the PyPI torch here is a CPU build: name the CUDA index instead"
     conda = [d for d in _environment()["dependencies"]
              if str(d).startswith("cuda-version=")]
-    assert index and conda == [f"cuda-version={index.group(1)}.{index.group(2)}"]
-    assert index.group(1) == "12"
+    assert conda == [f"cuda-version={cuda}"]
 
 
 def test_dockerfile_keeps_the_base_image_safe():
@@ -258,3 +267,108 @@ def test_z2jh_profiles_ask_for_gpus_shm_and_culling():
                                                          "mountPath": "/dev/shm"}
     assert values["cull"]["enabled"] and values["cull"]["timeout"] <= 3600
     assert single["image"]["tag"] != "latest"
+
+
+# ---------------------------------------------------------------- the GPU lane
+
+_FAKE_DOCKER = r'''#!{python}
+"""`docker run` stand-in: runs the image's command here, with its -e, -v and -w."""
+import os, subprocess, sys
+
+args, env, mounts, workdir = sys.argv[2:], dict(os.environ), dict(), None
+mounts["/tmp/course"] = os.environ["FAKE_CONTAINER_TMP"]   # the container's own /tmp
+while args[0].startswith("-"):
+    flag = args.pop(0)
+    if flag in ("--gpus", "-e", "-v", "-w"):
+        value = args.pop(0)
+        if flag == "-e":
+            name, _, given = value.partition("=")
+            env[name] = given if "=" in value else os.environ.get(name, "")
+        elif flag == "-v":
+            host, target = value.split(":")[:2]
+            mounts[target] = host
+        elif flag == "-w":
+            workdir = value
+image, command = args[0], args[1:]
+
+def here(arg):
+    for target, host in mounts.items():
+        if arg == target or arg.startswith(target + "/"):
+            return host + arg[len(target):]
+    return arg
+
+command = [sys.executable if c == "python" else here(c) for c in command]
+sys.exit(subprocess.run(command, cwd=here(workdir) if workdir else None,
+                        env=env).returncode)
+'''
+
+
+def _lane_step():
+    """Return the GPU lane's job and the step that runs env/gpu_check.py."""
+    workflow = yaml.safe_load((ROOT / ".github/workflows/gpu.yml").read_text())
+    job = workflow["jobs"]["nbval-gpu"]
+    step = next(s for s in job["steps"] if "env/gpu_check.py" in s.get("run", ""))
+    return job, step
+
+
+def _lane_notebook(path: Path, *sources: str) -> None:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nb.metadata["labkit"] = {"min_gpus": 0, "cpu_ok": True, "world_size": 1}
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in sources]
+    nbformat.write(nb, path)
+
+
+def test_gpu_lane_runs_with_pipefail_a_declared_size_and_a_writable_copy():
+    """Does every lane step run under pipefail, on a runner of declared size?"""
+    job, step = _lane_step()
+    assert "-eo pipefail" in job["defaults"]["run"]["shell"]
+    assert "shell" not in step, "the step must keep the job's pipefail shell"
+    assert "gpus-${{ inputs.gpus || '2' }}" in job["runs-on"]
+    assert job["env"]["LANE_GPUS"] == "${{ inputs.gpus || '2' }}"
+    assert 'LABKIT_REQUIRE_GPU="$LANE_GPUS"' in step["run"]
+    assert ":/mnt/checkout:ro" in step["run"] and "--workdir /tmp/course" in step["run"]
+    for flag in job["env"]["CHECK_ARGS"].split():
+        assert flag in ("--gpu-tests", "--lab01-full")
+
+
+def test_gpu_lane_step_fails_when_a_notebook_fails(tmp_path):
+    """Run the lane's gpu_check step as GitHub would (its shell, a stand-in for
+    `docker run`) on a checkout with one failing notebook and one that writes a file
+    next to itself: is the step red, the table written, the checkout left as it was?"""
+    job, step = _lane_step()
+    checkout, fake_bin = tmp_path / "checkout", tmp_path / "bin"
+    for folder in (checkout / "env", checkout / "tests", checkout / "solutions",
+                   fake_bin, tmp_path / "container"):
+        folder.mkdir(parents=True)
+    shutil.copy(ROOT / "env/gpu_check.py", checkout / "env")
+    for name in ("conftest.py", "nbval_sanitize.cfg"):
+        shutil.copy(ROOT / "tests" / name, checkout / "tests")
+    _lane_notebook(checkout / "solutions/broken.ipynb", "1 / 0")
+    _lane_notebook(checkout / "solutions/writes.ipynb",
+                   "%%writefile helper_module.py\nVALUE = 3",
+                   "import helper_module\nassert helper_module.VALUE == 3")
+    docker = fake_bin / "docker"
+    docker.write_text(_FAKE_DOCKER.replace("{python}", sys.executable))
+    docker.chmod(0o755)
+    script = tmp_path / "step.sh"
+    script.write_text(step["run"])
+    shell = job["defaults"]["run"]["shell"].replace("{0}", str(script)).split()
+    env = {**os.environ, **{k: str(v) for k, v in job["env"].items()},
+           "PATH": f"{fake_bin}:{os.environ['PATH']}", "IMAGE": "course:test",
+           "LANE_GPUS": "0", "QUICK": "1", "CHECK_ARGS": "",
+           "FAKE_CONTAINER_TMP": str(tmp_path / "container" / "course")}
+    done = subprocess.run(shell, cwd=checkout, env=env, capture_output=True, text=True,
+                          timeout=600)
+    table = (checkout / "out/gpu-check.txt").read_text()
+    assert done.returncode != 0, done.stdout + done.stderr[-3000:]
+    rows = {line.split()[0]: line.split()[1] for line in table.splitlines()
+            if line.split()[1:2] in (["PASS"], ["FAIL"], ["SKIP"])}
+    assert rows == {"broken.ipynb": "FAIL", "writes.ipynb": "PASS"}, table
+    assert not (checkout / "solutions/helper_module.py").exists()
+    assert (tmp_path / "container/course/solutions/helper_module.py").exists()
+    saved = json.loads((checkout / "out/gpu-check.json").read_text())
+    assert [r["status"] for r in saved["rows"]] == ["fail", "pass"]
