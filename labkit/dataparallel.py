@@ -1,5 +1,6 @@
-"""Plumbing for data parallelism in one process: where the replicas go, exact float32
-for equality proofs, and the per-GPU memory of an ``nn.DataParallel`` step.
+"""Plumbing for data parallelism in one process: where the replicas go, where
+``nn.DataParallel`` wants its module, exact float32 for equality proofs, and the
+per-GPU memory of an ``nn.DataParallel`` step.
 
 Taught in: lab 02. The data-parallel step itself (replicate, scatter, the replicas in
 threads, the weighted gradient average, the step) is the learner's: it lives in the
@@ -60,6 +61,17 @@ def _tf32_switches() -> dict:
 def float32_precisions() -> dict:
     """Return the TF32 switches now: "ieee"/"tf32" (torch >= 2.9) or allow_tf32."""
     return {name: get() for name, (get, _) in _tf32_switches().items()}
+
+
+def module_device() -> torch.device:
+    """Return where ``nn.DataParallel`` wants the module: cuda:0 with GPUs, else CPU.
+
+    DataParallel takes every visible GPU (``device_ids`` defaults to all of them) and
+    refuses a module that is not on ``device_ids[0]``, even with one GPU; without
+    GPUs it just calls the module on the CPU. Not ``replica_devices``: on 1-2 GPUs
+    the lab's 3 replicas are on the CPU, but DataParallel still wants cuda:0.
+    """
+    return torch.device("cuda", 0) if torch.cuda.device_count() else torch.device("cpu")
 
 
 @contextmanager

@@ -351,3 +351,24 @@ def test_dataparallel_memory_gpu0_carries_more():
     """Does GPU 0 peak above the other GPUs in a DataParallel step?"""
     peaks = dataparallel.dataparallel_memory(models.deep_mlp(8, 2048), batch=4096)
     assert peaks[0] > max(peaks[1:])
+
+
+@pytest.mark.parametrize("gpus, want", [(0, "cpu"), (1, "cuda:0"), (2, "cuda:0")])
+def test_module_device_is_cuda0_whenever_there_are_gpus(monkeypatch, gpus, want):
+    """Is DataParallel's module put on cuda:0 with 1-2 GPUs too (where the lab's 3
+    replicas stay on the CPU), and on the CPU without GPUs?"""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    assert dataparallel.module_device() == torch.device(want)
+    replicas = dataparallel.replica_devices(3, verbose=False)
+    assert all(d.type == "cpu" for d in replicas)   # 3 replicas need 3 GPUs
+
+
+def test_notebook_wraps_the_module_on_module_device():
+    """Does the lab build nn.DataParallel on module_device(), not on the replicas'
+    device (a CPU module crashes DataParallel's forward on 1-2 GPUs)?"""
+    from notebook_cells import code_cells
+
+    for folder in ("solutions", "labs"):
+        cell = next(c for c in code_cells(NOTEBOOK, folder) if "nn.DataParallel(" in c)
+        assert "dataparallel.module_device()" in cell and "devices[0]" not in cell
+        assert ".to(dp_device)" in cell.split("nn.DataParallel(")[1].split("\n")[0]
