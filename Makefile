@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Jupyter refuses to start as root unless told; containers and CI run as root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab test labs bench clean
+.PHONY: lab test labs bench book clean
 
 $(STAMP): env/requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ test: $(STAMP)
 
 labs: $(STAMP)
 	$(BIN)/labkit build-labs
+
+# The course book: every solution executed (full mode; LABKIT_QUICK=1 for quick) and
+# cached, into build/book/<mode>/html, with an instructor bundle beside it.
+book: $(STAMP)
+	$(BIN)/labkit data prepare
+	$(BIN)/labkit book
 
 bench: $(STAMP)
 	$(BIN)/labkit data prepare

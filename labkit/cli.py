@@ -4,6 +4,7 @@ labkit doctor                 environment and hardware report (lab 00)
 labkit data prepare           download or verify MNIST in $LABKIT_DATA
 labkit build-labs [--check]   regenerate labs/ from solutions/
 labkit measure-labs [NAME ...] time each solution in full and quick mode (lab headers)
+labkit book [--out DIR]       build the course book (full mode; LABKIT_QUICK=1: quick)
 labkit bench NAME             run a benchmark (labkit bench --help lists them)
 labkit bench allreduce --link 1gbe   the same over a shaped link (root)
 """
@@ -61,6 +62,13 @@ def _measure_labs(args) -> int:
     return 0
 
 
+def _book(args) -> int:
+    from labkit import book
+
+    book.build(args.out)
+    return 0
+
+
 def _bench(args) -> int:
     from labkit import bench
 
@@ -101,6 +109,9 @@ def _parser() -> argparse.ArgumentParser:
     measure.add_argument("names", nargs="*", help="notebooks to measure (default all)")
     measure.add_argument("--solutions", default="solutions")
     measure.set_defaults(run=_measure_labs)
+    book = verbs.add_parser("book", help="build the course book (static HTML site)")
+    book.add_argument("--out", default=None, help="output folder (default build/book/MODE)")
+    book.set_defaults(run=_book)
     from labkit.bench import BENCHMARKS   # names only: torch is not imported
 
     listing = "; ".join(f"{name}: {what}" for name, (*_, what) in BENCHMARKS.items())

@@ -5,9 +5,35 @@ chart and the bubble). They only draw what ``pipeline`` computes; nothing here r
 a training step.
 """
 
+import os
+
 from labkit import pipeline, timeline
 
-__all__ = ["pipeline_schedules"]
+__all__ = ["pipeline_schedules", "is_static"]
+
+# A static page (the course book, LABKIT_STATIC=1) has no kernel behind its widgets:
+# there an explorer draws its default setting once and says what the controls are.
+STATIC_ENV = "LABKIT_STATIC"
+_STATIC_NOTE = ("(A static page: in JupyterLab this cell shows controls for {controls}; "
+                "here is its default setting.)")
+
+
+def is_static() -> bool:
+    """Tell whether outputs go to a static page (no live widgets)."""
+    return os.environ.get(STATIC_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+class _StaticOutput:
+    """Stands in for ``widgets.Output`` on a static page: prints go straight out."""
+
+    def clear_output(self, wait: bool = False) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return False
 
 
 def pipeline_schedules():
@@ -21,7 +47,7 @@ def pipeline_schedules():
     chunks = widgets.IntSlider(2, min=2, max=4, description="chunks v")
     name = widgets.Dropdown(options=list(pipeline.SCHEDULES), value="gpipe",
                             description="schedule")
-    out = widgets.Output()
+    out = _StaticOutput() if is_static() else widgets.Output()
 
     def redraw(_=None):
         out.clear_output(wait=True)
@@ -43,6 +69,11 @@ def pipeline_schedules():
 
     for widget in (stages, micro, chunks, name):
         widget.observe(redraw, names="value")
+    if is_static():
+        print(_STATIC_NOTE.format(controls="the schedule, stages, micro-batches and "
+                                           "chunks"))
+        redraw()
+        return None
     redraw()
     box = widgets.VBox([widgets.HBox([name, stages]), widgets.HBox([micro, chunks]),
                         out])
@@ -92,7 +123,7 @@ def sharding_fit(capacity_gib=None):
                                description="sequence")
     micro = widgets.IntSlider(1, min=1, max=16, description="micro-batch")
     recompute = widgets.Checkbox(False, description="activation checkpointing")
-    out = widgets.Output()
+    out = _StaticOutput() if is_static() else widgets.Output()
 
     def redraw(_=None):
         out.clear_output(wait=True)
@@ -119,6 +150,11 @@ def sharding_fit(capacity_gib=None):
 
     for widget in (model, gpus, stage, seq_len, micro, recompute):
         widget.observe(redraw, names="value")
+    if is_static():
+        print(_STATIC_NOTE.format(controls="the model, GPUs, ZeRO stage, sequence, "
+                                           "micro-batch and checkpointing"))
+        redraw()
+        return None
     redraw()
     box = widgets.VBox([widgets.HBox([model, gpus, stage]),
                         widgets.HBox([seq_len, micro, recompute]), out])

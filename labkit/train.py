@@ -5,12 +5,14 @@ The loop is the plain one from the article; labs show it in full before using ``
 """
 
 import io
+import os
 import time
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
+from tqdm.auto import tqdm as _auto_tqdm
+from tqdm.std import tqdm as _text_tqdm
 
 from labkit import hardware
 
@@ -123,7 +125,9 @@ def _progress(batches, max_steps: int | None, desc: str):
     total = len(batches) if hasattr(batches, "__len__") else None
     if max_steps is not None:
         total = min(total, max_steps) if total else max_steps
-    return tqdm(batches, desc=desc, leave=False, total=total)
+    # A static page (the course book) has no kernel for a widget: a text bar there.
+    bar = _text_tqdm if os.environ.get("LABKIT_STATIC") == "1" else _auto_tqdm
+    return bar(batches, desc=desc, leave=False, total=total)
 
 
 class LivePlot:
