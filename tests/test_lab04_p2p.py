@@ -1,8 +1,10 @@
-"""p2p.bounded, the guard the lab 04 and 05 checks run the learner's messages in:
-every spelling of a message passes through it (blocking, isend/irecv, P2POp batches
-in any order; the checks import the learner's module inside the guard, so
-``from torch.distributed import isend`` is guarded too), data meets its own receive whatever order the waits come in, and a
-wrong-shaped buffer is named."""
+"""p2p.bounded, the guard the lab 04 and 05 checks run the learner's messages in.
+
+Every spelling of a message passes through it: blocking, isend/irecv, P2POp batches
+in any order (the checks import the learner's module inside the guard, so ``from
+torch.distributed import isend`` is guarded too). Data meets its own receive
+whatever order the waits come in, and a wrong-shaped buffer is named.
+"""
 
 import pytest
 
@@ -29,7 +31,8 @@ def _exchange(ctx, case):
     with p2p.bounded(ctx.rank, 10.0, log) as guard:
         if case == "batch, receive listed first on both ranks":
             got = torch.empty(3)
-            ops = [dist.P2POp(dist.irecv, got, peer), dist.P2POp(dist.isend, mine, peer)]
+            ops = [dist.P2POp(dist.irecv, got, peer),
+                   dist.P2POp(dist.isend, mine, peer)]
             for work in dist.batch_isend_irecv(ops):
                 work.wait()
             return got.tolist(), len(log)
@@ -78,7 +81,8 @@ def test_receives_waited_out_of_order_get_their_own_data(worker):
 
 def test_a_wrong_buffer_is_named(worker):
     ranks = launch.run(worker, 2, args=("wrong shape",), backend="gloo", timeout=60)
-    assert "buffer of shape (3, 2) float32, but rank 0 sent (2, 3) float32" in ranks[1][0]
+    want = "buffer of shape (3, 2) float32, but rank 0 sent (2, 3) float32"
+    assert want in ranks[1][0]
 
 
 def test_bounded_refuses_nccl(monkeypatch):

@@ -133,7 +133,8 @@ def test_recorder_records_on_its_own_device(monkeypatch):
             return 2.0   # ms
 
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: seen["sync"].append(d))
+    monkeypatch.setattr(torch.cuda, "synchronize",
+                        lambda d=None: seen["sync"].append(d))
     monkeypatch.setattr(torch.cuda, "current_stream", lambda d=None: f"stream of {d}")
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     recorder = timeline.Recorder(1, "cuda:1")

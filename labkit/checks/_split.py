@@ -6,11 +6,14 @@ from labkit import stages
 from labkit.checks._programs import first_difference
 from labkit.pipeline_run import split_stages
 
-__all__ = ["TOLERANCE", "BOUND_S", "CONFIG", "first_gap", "explain_messages"]
+__all__ = ["TOLERANCE", "BOUND_S", "CONFIG", "NOT_CHECKED", "first_gap",
+           "explain_messages"]
 
 TOLERANCE = 1e-6    # split vs whole model, every gradient (float rounding: ~1e-9)
 BOUND_S = 15.0      # a rank waiting this long for one message is stuck, not slow
 CONFIG = stages.Config(num_layers=4, width=32, batch=16)
+NOT_CHECKED = ("Not checked here: NCCL and CUDA tensors (the check runs on gloo CPU "
+               "ranks), e.g. a buffer made without device=ctx.device.")
 
 
 def _own_names(cfg: stages.Config, rank: int, world_size: int) -> set:

@@ -16,7 +16,8 @@ from labkit import pipeline, stages, timeline
 from labkit.checks._core import ExerciseFailed, attempt, expect_close, passed
 from labkit.checks._reference import use_reference
 from labkit.checks._programs import launch_program, load_program
-from labkit.checks._split import BOUND_S, CONFIG, TOLERANCE, explain_messages, first_gap
+from labkit.checks._split import (BOUND_S, CONFIG, NOT_CHECKED, TOLERANCE,
+                                  explain_messages, first_gap)
 
 __all__ = ["use_reference", "gpipe_table", "gpipe_step", "one_f_one_b"]
 
@@ -157,7 +158,7 @@ def gpipe_step(path="gpipe.py", bound_s: float = BOUND_S) -> None:
         _check_fill_drain(name, orders, cfg.num_microbatches)
     passed(name, "m = 2 and 4: the full batch's gradients (to "
                  f"{TOLERANCE:g}) on both ranks, every forward before the first "
-                 "backward. Not checked here: NCCL on GPUs (the check runs on gloo).")
+                 f"backward. {NOT_CHECKED}")
 
 
 # ---------------------------------------------------------------- exercise 5.3
@@ -248,4 +249,4 @@ def one_f_one_b(path="one_f_one_b.py", bound_s: float = BOUND_S) -> None:
     passed(name, f"1F1B orders right for {len(ORDER_CASES)} (p, m); on 2 ranks (m=4) "
                  f"the full batch's gradients, holding {held['1f1b']} micro-batches of "
                  f"activations (rank 0: {kib[0]:.0f} KiB) where GPipe holds "
-                 f"{held['gpipe']} ({kib[1]:.0f} KiB).")
+                 f"{held['gpipe']} ({kib[1]:.0f} KiB). {NOT_CHECKED}")

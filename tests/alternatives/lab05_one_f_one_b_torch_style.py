@@ -26,7 +26,8 @@ def run_order(ctx, stage, microbatches, order, width):
         if kind == "F":
             if rank > 0:
                 x = torch.empty(len(x), width, device=ctx.device)
-                for work in dist.batch_isend_irecv([dist.P2POp(dist.irecv, x, rank - 1)]):
+                receive = dist.P2POp(dist.irecv, x, rank - 1)
+                for work in dist.batch_isend_irecv([receive]):
                     work.wait()
                 x.requires_grad_()
             out = stage(x)
@@ -42,11 +43,13 @@ def run_order(ctx, stage, microbatches, order, width):
             grad = None
             if rank < world - 1:
                 grad = torch.empty_like(out)
-                for work in dist.batch_isend_irecv([dist.P2POp(dist.irecv, grad, rank + 1)]):
+                receive = dist.P2POp(dist.irecv, grad, rank + 1)
+                for work in dist.batch_isend_irecv([receive]):
                     work.wait()
             torch.autograd.backward(out, grad)
             if rank > 0:
-                works += dist.batch_isend_irecv([dist.P2POp(dist.isend, x.grad, rank - 1)])
+                works += dist.batch_isend_irecv(
+                    [dist.P2POp(dist.isend, x.grad, rank - 1)])
     for work in works:
         work.wait()
     return loss if rank == world - 1 else None
