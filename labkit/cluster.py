@@ -299,16 +299,21 @@ class Cluster:
     ``profile``: a name of ``PROFILES`` or a ``Link``; ``rate`` ("1gbit") and
     ``delay`` ("50us") override it. ``require_delay``: fail when the kernel cannot
     add the delay (no netem) instead of shaping the rate alone and saying so.
+    ``aliases``: more names per node in every node's /etc/hosts, e.g.
+    ``{"node0": ["course-ddp-node-0-0.course-ddp"]}`` (a pod's DNS name).
     """
 
     def __init__(self, nodes: int = 2, profile="1gbe", rate=None, delay=None,
-                 require_delay: bool = False, verbose: bool = True):
+                 require_delay: bool = False, verbose: bool = True,
+                 aliases: dict | None = None):
         if isinstance(nodes, bool) or not isinstance(nodes, int) or not 2 <= nodes <= 4:
             raise ValueError(f"nodes must be 2, 3 or 4, got {nodes!r}.")
         self.link = link(profile, rate, delay)
         self.nodes = [f"node{i}" for i in range(nodes)]
         self.name = f"{PREFIX}{os.getpid()}-{next(_counter)}"
         self.require_delay = require_delay
+        self.aliases = {self._node(n): [names] if isinstance(names, str) else
+                        list(names) for n, names in (aliases or {}).items()}
         self.verbose = verbose
         self.delay_shaped = False
         self.up = False
@@ -376,7 +381,8 @@ class Cluster:
         _ip("link", "add", "br0", "type", "bridge", namespace=switch)
         _ip("link", "set", "br0", "up", namespace=switch)
         hosts = "127.0.0.1 localhost\n" + "".join(
-            f"{self.address(n)} {n}\n" for n in self.nodes)
+            f"{self.address(n)} {' '.join([n, *self.aliases.get(n, [])])}\n"
+            for n in self.nodes)
         for i, node in enumerate(self.nodes):
             ns, port = self.namespace(node), f"p{i}"
             _ip("netns", "add", ns)

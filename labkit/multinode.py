@@ -418,6 +418,8 @@ class Failure:
     rejoin_world: int | None = None
     rejoin_step: int | None = None
     final_step: int | None = None
+    first_step_s: float | None = None      # torchrun started -> first step on 2 nodes
+    seconds: float | None = None           # the whole run
     max_diff: float | None = None          # final weights vs the no-failure run
     returncodes: dict = field(default_factory=dict)
     logs: dict = field(default_factory=dict)
@@ -440,6 +442,9 @@ class Failure:
         if self.max_diff is not None:
             lines.append(f"  finished step {self.final_step}; final weights vs a run "
                          f"without failure: max |diff| = {self.max_diff:.1e}")
+        if self.seconds is not None:
+            lines.append(f"  whole run {self.seconds:.0f} s (first step after "
+                         f"{self.first_step_s:.0f} s)")
         return "\n".join(lines)
 
 
@@ -479,6 +484,7 @@ def node_failure(mode: str = "kill", rejoin: bool = True, steps: int = 40,
     env = {**NO_SHARED_STORE, "LABKIT_NODE_TIMEOUT": str(timeout), "PYTHONUNBUFFERED":
            "1", "OMP_NUM_THREADS": "1", "LOGLEVEL": "INFO",
            "LABKIT_HOLD_BELOW_WORLD": "2" if rejoin else "0"}
+    began = time.time()
     end = time.monotonic() + deadline
     with cluster.Cluster(2, profile, verbose=False) as box:
         report = Failure(mode, box.describe())
@@ -506,7 +512,9 @@ def node_failure(mode: str = "kill", rejoin: bool = True, steps: int = 40,
             report.logs = {n: f.text() for n, f in followers.items()}
     final = folder / "final.pt"
     progress = _records(folder, "progress")
+    report.seconds = time.time() - began
     report.final_step = max((r["step"] for r in progress), default=None)
+    report.first_step_s = min((r["time"] for r in progress), default=began) - began
     report.timeline = [(r["time"], r["node"], r["world_size"], r["step"])
                        for r in _records(folder, "start")]
     if final.exists():
