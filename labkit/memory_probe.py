@@ -92,9 +92,12 @@ def step_seconds(model, images, labels, forward=None, repeats: int = 5) -> float
     return best
 
 
-_COLLECTIVES = {   # torch.distributed name -> (kind, payload argument, its position)
+# torch.distributed name -> (kind, payload argument, its position). torch 2.13 renamed
+# all_gather_into_tensor / reduce_scatter_tensor to *_single (the old names still work,
+# with a FutureWarning; torch 2.6 has only them): both spellings are counted, once.
+_COLLECTIVES = {
     "all_gather_single": ("all-gather", "output_tensor", 0),   # the gathered whole
-    "all_gather_into_tensor": ("all-gather", "output_tensor", 0),   # before 2.14
+    "all_gather_into_tensor": ("all-gather", "output_tensor", 0),
     "reduce_scatter_single": ("reduce-scatter", "input", 1),   # the whole, reduced
     "reduce_scatter_tensor": ("reduce-scatter", "input", 1),
     "all_reduce": ("all-reduce", "tensor", 0),

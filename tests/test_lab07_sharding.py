@@ -21,7 +21,7 @@ from notebook_cells import write_program
 
 NOTEBOOK = "07_sharding.ipynb"
 MODULES = ("zero1_worker.py", "zero_variants.py", "fsdp_worker.py", "stage_bytes.py",
-           "dcp_demo.py", "fsdp_pitfalls.py")
+           "dcp_demo.py", "fsdp_pitfalls.py", "fsdp_extras.py")
 
 
 @pytest.fixture
@@ -121,6 +121,158 @@ def test_pitfalls_behave_as_the_lab_says(programs):
     assert seen["optimizer before fully_shard"] == 0.0
 
 
+_FREED_PROBE = """
+import weakref
+
+import stage_bytes
+
+_seen = []
+
+
+def _first(ctx, cfg):
+    model, optimizer = stage_bytes.fsdp_worker.train(ctx, cfg)
+    _seen.append(weakref.ref(next(iter(model.parameters()))))
+    return model, optimizer
+
+
+def _second(ctx, cfg):
+    _seen.append(_seen[0]() is None)    # the first variant's model: gone already?
+    return stage_bytes.train_ddp(ctx, cfg)
+
+
+def run(ctx, cfg):
+    stage_bytes.VARIANTS = {"FSDP2 (yours)": (3, _first), "DDP": (0, _second)}
+    results = stage_bytes.measure(ctx, cfg)
+    return {"freed": _seen[1], "names": list(results)}
+"""
+
+
+def test_measure_frees_each_variant_before_the_next(programs):
+    """Is a variant's model gone before the next one trains (and its peak is read)?
+
+    On GPUs a model still alive would count in the next variant's
+    max_memory_allocated; here its parameters' weak reference must be dead.
+    """
+    (programs / "freed_probe.py").write_text(_FREED_PROBE)
+    probe = importlib.import_module("freed_probe")
+    cfg = sharded.TrainConfig(steps=1, global_batch=8, width=16, depth=2)
+    ranks = launch.run(probe.run, 2, args=(cfg,), backend="gloo", timeout=60)
+    assert all(r["freed"] for r in ranks)
+    assert ranks[0]["names"] == ["FSDP2 (yours)", "DDP"]
+    sys.modules.pop("freed_probe", None)
+
+
+def test_collectives_exist_in_older_torch_too():
+    """Do the notebook's modules call only collective names torch 2.6 has?
+
+    torch >= 2.13 adds all_gather_single / reduce_scatter_single; pyproject says
+    torch >= 2.6, so the lab uses all_gather_into_tensor / reduce_scatter_tensor.
+    """
+    from notebook_cells import program_source
+
+    for module in MODULES:
+        source = program_source(NOTEBOOK, module)
+        assert "all_gather_single" not in source, module
+        assert "reduce_scatter_single" not in source, module
+
+
+def test_stage_launches_use_the_labs_one_backend(monkeypatch, capsys):
+    """On 2 GPUs (faked): every N runs on NCCL, N = 4 is left out, the peaks print.
+
+    Before, N = 1 and 2 ran NCCL and N = 4 gloo (``peak`` None: a TypeError in the
+    peaks cell); on 1 GPU, N = 1 ran on the GPU and N = 2 on CPUs.
+    """
+    import types
+
+    from notebook_cells import code_cells
+
+    cells = code_cells(NOTEBOOK)
+    run_cell = next(c for c in cells if "launch.run(stage_bytes.measure" in c)
+    peak_cell = next(c for c in cells if "max_memory_allocated" in c
+                     and "peaks" in c)
+    names = {"DDP": 0, "ZeRO-1 (yours)": 1, "ZeroRedundancyOptimizer": 1,
+             "ZeRO-2": 2, "FSDP2 (yours)": 3}
+    launches = []
+
+    def fake_run(worker, world_size, args=(), backend="auto", **kwargs):
+        launches.append((world_size, backend))
+        peak = 2**20 if backend == "nccl" else None
+        rank = {name: {"stage": stage, "peak": peak, "sent": 1.0, "weights": {},
+                       "held": dict.fromkeys(sharding_memory.KINDS, 1)}
+                for name, stage in names.items()}
+        return [rank] * world_size
+
+    monkeypatch.setattr(launch, "run", fake_run)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    namespace = {"sharded": sharded, "labkit": __import__("labkit"), "torch": torch,
+                 "launch": launch, "models": models, "backend": "nccl",
+                 "GiB": 2**30, "load_program": lambda path: types.SimpleNamespace(
+                     measure=lambda ctx, cfg: None)}
+    exec(run_cell, namespace)
+    assert launches == [(1, "nccl"), (2, "nccl")]
+    exec(peak_cell, namespace)
+    assert "peak GiB on the fullest rank" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- appendix: FSDP2 options
+
+
+def test_mixed_precision_halves_the_gathers_not_the_state(programs):
+    """bf16 all-gathers carry half the bytes; each rank keeps the same fp32 state."""
+    extras = importlib.import_module("fsdp_extras")
+    cfg = sharded.TrainConfig(steps=1, global_batch=8, width=16, depth=2)
+    runs = launch.run(extras.mixed_precision, 2, args=(cfg,), backend="gloo",
+                      timeout=60)[0]
+    fp32, bf16 = runs["fp32"], runs["bf16 params, fp32 reduce"]
+    low = runs["bf16 params, bf16 reduce"]
+    assert bf16["comm"]["all-gather"][1] * 2 == fp32["comm"]["all-gather"][1]
+    assert bf16["comm"]["reduce-scatter"] == fp32["comm"]["reduce-scatter"]
+    assert low["comm"]["reduce-scatter"][1] * 2 == fp32["comm"]["reduce-scatter"][1]
+    assert bf16["compute"] == "torch.bfloat16" and fp32["compute"] == "torch.float32"
+    assert bf16["held"] == fp32["held"] == low["held"]
+    assert bf16["shard"] == bf16["grad"] == "torch.float32"
+
+
+def test_meta_init_holds_only_the_shard(programs):
+    """Meta-device init: no bytes before to_empty, then 1/N, with nn.Linear's init."""
+    extras = importlib.import_module("fsdp_extras")
+    cfg = sharded.TrainConfig(steps=1, global_batch=8, width=32, depth=2)
+    for rank in launch.run(extras.meta_init, 2, args=(cfg,), backend="gloo",
+                           timeout=60):
+        assert rank["on_meta"]
+        assert rank["held"] == pytest.approx(rank["whole"] / 2, rel=0.02)
+        assert rank["std"] == pytest.approx(rank["kaiming_std"], rel=0.1)
+
+
+def test_reshard_after_forward_and_hsdp_on_four_ranks(programs):
+    """True: 1/4 kept, gathered again; 2: 1/2; False: whole, no backward gather;
+    HSDP: each rank twice FSDP's share, an all-reduce across replicas, same weights."""
+    extras = importlib.import_module("fsdp_extras")
+    cfg = sharded.TrainConfig(steps=1, global_batch=8, width=16, depth=2)
+    seen = launch.run(extras.reshard, 4, args=(cfg,), backend="gloo", timeout=60)[0]
+    whole = seen["False"]["kept"]
+    assert seen["True"]["kept"] == pytest.approx(whole / 4, rel=0.05)
+    assert seen["2"]["kept"] == pytest.approx(whole / 2, rel=0.05)
+    assert seen["True"]["backward"]["all-gather"][0] == cfg.depth
+    assert "all-gather" not in seen["False"]["backward"]
+    hybrid = launch.run(extras.hsdp, 4, args=(cfg,), backend="gloo", timeout=60)[0]
+    assert hybrid["HSDP"]["placements"] == "(Replicate(), Shard(dim=0))"
+    assert hybrid["HSDP"]["held"] == pytest.approx(2 * hybrid["FSDP"]["held"], rel=0.1)
+    assert "all-reduce" in hybrid["HSDP"]["comm"]
+    assert "all-reduce" not in hybrid["FSDP"]["comm"]
+    assert hybrid["gap"] < 1e-3
+
+
+def test_async_save_keeps_the_state_at_the_call(programs, tmp_path):
+    """dcp.async_save on its own gloo group: the checkpoint is the state at the call."""
+    extras = importlib.import_module("fsdp_extras")
+    cfg = sharded.TrainConfig(steps=1, global_batch=8, width=16, depth=2)
+    saved = launch.run(extras.async_save, 2, args=(cfg, str(tmp_path / "async")),
+                       backend="gloo", timeout=60)[0]
+    assert saved["gap"] == 0.0
+    assert saved["returned_s"] <= saved["written_s"]
+
+
 # ---------------------------------------------------------------- hints: ZeRO-1
 
 
@@ -129,8 +281,8 @@ def test_pitfalls_behave_as_the_lab_says(programs):
      "    per_rank = numel // world_size", "round the length up"),
     ("    dist.all_reduce(grads)" + " " * 34 + "# sum over the ranks ...",
      "", "No all_reduce"),
-    ("    dist.all_gather_single(gathered, shard.detach())"
-     "        # every rank's new slice\n"
+    ("    dist.all_gather_into_tensor(gathered, shard.detach())"
+     "   # every rank's new slice\n"
      "    with torch.no_grad():\n"
      "        vector_to_parameters(gathered[:numel], params)",
      """    mine = flatten([p.detach() for p in params], ctx.world_size)
