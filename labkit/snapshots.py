@@ -147,6 +147,8 @@ def _stalling_save(obj, f, *args, **kwargs) -> None:
     payload = buffer.getvalue()
     half = len(payload) // 2
     target = f if isinstance(f, (str, os.PathLike)) else getattr(f, "name", "?")
+    if isinstance(target, int):   # os.fdopen(mkstemp()[0]): the file's name is its fd
+        target = os.readlink(f"/proc/self/fd/{target}")
     if isinstance(f, (str, os.PathLike)):
         with open(f, "wb") as out:
             out.write(payload[:half])
@@ -177,14 +179,16 @@ def _context():
                                        else "spawn")
 
 
-def kill_during_save(save_fn, folder, timeout: float = 30.0) -> dict:
+def kill_during_save(save_fn, folder, timeout: float = 120.0) -> dict:
     """SIGKILL a process half-way through ``save_fn(new, path)``; report what is left.
 
     ``folder/snapshot.pt`` first holds a complete previous snapshot. A child process
     then calls ``save_fn`` (a module-level function) with a torch.save that writes
     half of the bytes and stalls; the parent kills it there. Returns the bytes
     written/total, the file torch.save was writing, whether ``snapshot.pt`` still
-    loads and still holds the previous snapshot, and the files left in ``folder``.
+    loads and still holds the previous snapshot, the files left in ``folder``, and
+    whether the child ended by itself before any torch.save (``finished``; False
+    when ``timeout`` ran out first, e.g. on a machine too loaded to import torch).
     """
     path, marker = os.path.join(folder, "snapshot.pt"), os.path.join(folder, "stalled")
     previous = {"step": 4, "weights": torch.arange(4096.0)}
@@ -200,10 +204,12 @@ def kill_during_save(save_fn, folder, timeout: float = 30.0) -> dict:
             break
         time.sleep(0.02)
     stalled = os.path.exists(marker)
+    finished = not stalled and not child.is_alive()   # it ended without torch.save
     if child.is_alive():
         os.kill(child.pid, signal.SIGKILL)   # the power cut, in the middle of the write
     child.join()
-    return _inspect(path, marker, stalled, previous, child.exitcode)
+    return dict(_inspect(path, marker, stalled, previous, child.exitcode),
+                finished=finished)
 
 
 def _inspect(path: str, marker: str, stalled: bool, previous: dict, code) -> dict:

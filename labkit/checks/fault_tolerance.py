@@ -59,6 +59,11 @@ def _check_atomic(name: str, module) -> dict:
 
 def _atomic_hint(name: str, report: dict) -> None:
     """Fail with the right hint unless the killed save left the old snapshot intact."""
+    if not report["stalled"] and not report.get("finished", True):
+        raise ExerciseFailed(
+            f"{name}: the process saving with save_atomic neither reached torch.save "
+            "nor ended within the check's time limit (is the machine very busy, or "
+            "does save_atomic wait for something?). Run the check again.")
     if not report["stalled"]:
         raise ExerciseFailed(
             f"{name}: save_atomic never called torch.save(obj, f) (the check slows "
@@ -156,6 +161,11 @@ def _runs(name: str, module, cfg, folder: str) -> list:
     return runs
 
 
+_RNG_THIEF = ("(If you did restore it: something else drew from torch's RNG after the "
+              "restore, e.g. a DataLoader iterator, which draws its base seed from it "
+              "unless given its own generator=torch.Generator().)")
+
+
 def _resume_hint(full: list, resumed: list) -> str | None:
     """Compare the ranks' resumed logs with the uninterrupted ones; name what differs.
 
@@ -176,11 +186,11 @@ def _resume_hint(full: list, resumed: list) -> str | None:
         return ("rank 1's random-number state is not its own (rank 0's is right): "
                 "every rank has its own RNG stream. all_gather_object every rank's "
                 "torch.get_rng_state() into the snapshot, and restore "
-                "state['rng'][rank].")
+                f"state['rng'][rank]. {_RNG_THIEF}")
     if wrong:
         return ("the random-number state was not restored: the dropout masks differ "
                 "from the uninterrupted run's. Save torch.get_rng_state() of every "
-                "rank and torch.set_rng_state(...) on resume.")
+                f"rank and torch.set_rng_state(...) on resume. {_RNG_THIEF}")
     if got[0][0]["loss"] != want[0][0]["loss"]:
         return ("the first resumed loss differs with the same batch and dropout: the "
                 "model's weights were not restored (model.load_state_dict).")
@@ -217,7 +227,10 @@ def snapshot_resume(path="snapshot.py", cfg=QUICK_CFG) -> dict:
             f"{hint or 'the weights differ (and nothing in the log says why).'}")
     passed(name, f"killed mid-save, the previous snapshot stayed whole; resumed at "
                  f"step {STOP_AT}, all {len(full[0]['weights'])} tensors equal the "
-                 f"uninterrupted run's bit for bit after {cfg.steps} steps.")
+                 f"uninterrupted run's bit for bit after {cfg.steps} steps. Not "
+                 "checked here: the fsync of the file and of its folder (only a power "
+                 "cut shows whether it happened), a temporary file on another file "
+                 "system (one file system here), CUDA RNG states (CPU ranks).")
     return {"kill": report, "full": full, "stopped": stopped, "resumed": resumed}
 
 
@@ -356,7 +369,8 @@ def elastic_restart(path="elastic_train.py", snapshot_path="snapshot.py",
     passed(name, f"rank 1 SIGKILLed at step {KILL_AT}; torchrun restarted the group "
                  f"({summary['restarts']} restart), both ranks resumed at step "
                  f"{KILL_AT}, and the final weights equal the uninterrupted run's "
-                 "bit for bit.")
+                 "bit for bit. Not checked here: several nodes (one node, one file "
+                 "system: a folder only rank 0's node can see would pass).")
     return summary
 
 
@@ -373,23 +387,27 @@ def _dump_frames(text: str, module: str) -> list[str]:
     return frames
 
 
-def hang_finder(path="hang_finder.py", seconds: float = 1.0) -> dict:
+def hang_finder(path="hang_finder.py", seconds: float = 1.5) -> dict:
     """Check the Watchdog: quiet while steps progress, a stack dump per rank on a hang.
 
     Launches ``steps`` of the module at ``path`` on 2 gloo ranks, healthy (8 steps of
-    0.2 s: each far quicker than ``seconds``, all of them together not) and with a
+    0.25 s: each a sixth of ``seconds``, all of them together longer) and with a
     mismatched collective at step 3. Returns each rank's dump from the hung run.
+
+    No verdict rests on this machine's speed: the sleeps make the healthy run last
+    at least 2 s (so a countdown never re-armed always fires), and a correct
+    watchdog dumps only if one step takes six times its sleep.
     """
     name = "hang_finder"
     module = load_program(path)
     folder = tempfile.mkdtemp(prefix="labkit-hang-check-")
     try:
-        launch_program(name, module.steps, 2, args=(folder, 8, seconds, None, 0.2),
+        launch_program(name, module.steps, 2, args=(folder, 8, seconds, None, 0.25),
                        timeout=10, hang_hint="A healthy run must not hang.")
         noisy = [r for r in range(2) if Path(folder, f"rank{r}.txt").read_text()]
         if noisy:
             raise ExerciseFailed(
-                f"{name}: in a healthy run of 8 steps of 0.2 s, rank(s) {noisy} "
+                f"{name}: in a healthy run of 8 steps of 0.25 s, rank(s) {noisy} "
                 f"dumped their stacks although no step took {seconds} s: re-arm the "
                 "countdown in pet() (faulthandler.dump_traceback_later again), and "
                 "cancel it in close().")
