@@ -104,7 +104,7 @@ def _rows(prof, steps: int, top: int) -> list[dict]:
 
 
 def _is_allreduce(name: str) -> bool:
-    """gloo:all_reduce, nccl:all_reduce, c10d::allreduce_, ncclDevKernel_AllReduce_..."""
+    """gloo:all_reduce, nccl:all_reduce, c10d::allreduce_, ncclDevKernel_AllReduce_."""
     return "allreduce" in name.lower().replace("_", "")
 
 
@@ -249,7 +249,8 @@ def straggler(ctx, steps: int = 10, extra_s: float = 0.0, slow_rank: int = 1) ->
 
 
 def bucket_timeline(ctx, bucket_cap_mb: float, steps: int = 4, warmup: int = 2,
-                    layers: int = 8, width: int = 384, batch_per_rank: int = 64) -> dict:
+                    layers: int = 8, width: int = 384,
+                    batch_per_rank: int = 64) -> dict:
     """Time each DDP bucket's all-reduce against the backward pass, on this rank.
 
     A ``deep_mlp(layers, width)`` (8 x 384: 1.2 M parameters, 4.8 MB of gradients)

@@ -28,7 +28,8 @@ from labkit.checks._core import ExerciseFailed, passed
 from labkit.checks._reference import use_reference
 from labkit.checks._programs import first_difference, launch_program, load_program
 
-__all__ = ["use_reference", "allreduce_timing", "cast_hook", "local_sgd_worker", "HOOK_TOLERANCE",
+__all__ = ["use_reference", "allreduce_timing", "cast_hook", "local_sgd_worker",
+           "HOOK_TOLERANCE",
            "spied_timing", "spied_hook", "spied_local_sgd"]
 
 CALL_S = 0.005   # every spied all-reduce of the timing check also sleeps this long
@@ -313,7 +314,8 @@ def _hook_case(ctx, learner, dtype: str, large: bool) -> dict:
     torch.manual_seed(0)
     hooked = DDP(models.deep_mlp(num_layers=3, width=64))
     facts: dict = {}
-    hooked.register_comm_hook(getattr(torch, dtype), _wrap_hook(learner.cast_hook, facts))
+    hooked.register_comm_hook(getattr(torch, dtype),
+                              _wrap_hook(learner.cast_hook, facts))
     events: list = []
     with _spy(events, modules=(learner,)):
         got = _grads(hooked, images, labels, scale)
@@ -499,5 +501,5 @@ def local_sgd_worker(path="local_sgd.py") -> None:
     for i, cfg in enumerate(configs):
         _local_sgd_hint(name, cfg, [rank[i] for rank in ranks])
     passed(name, "averaged every `period` steps, equal to labkit's local SGD to 1e-5 "
-                 "on both ranks, and the rounds counted. Not checked here: the model on "
-                 "a CUDA device (the check's ranks are gloo CPU processes).")
+                 "on both ranks, and the rounds counted. Not checked here: the model "
+                 "on a CUDA device (the check's ranks are gloo CPU processes).")

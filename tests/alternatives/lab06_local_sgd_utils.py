@@ -25,5 +25,5 @@ def train(ctx, cfg):
         if step % cfg.period == 0:
             average_parameters(model)
             rounds += 1
-    return {"state": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-            "rounds": rounds}
+    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    return {"state": state, "rounds": rounds}
