@@ -24,14 +24,15 @@ def _show(value, unit: str) -> str:
     return f"{text}{unit}" if unit in ("x", "%") else f"{text} {unit}".rstrip()
 
 
-def reveal(guess, measured, theory=None, what: str = "", unit: str = "") -> str:
-    """Print (and return) the recorded guess next to the theory and the measurement."""
+def reveal(guess, measured, theory=None, what: str = "", unit: str = "") -> None:
+    """Print the recorded guess next to the theory and the measurement.
+
+    It returns nothing, so that as a cell's last line it prints once, not twice.
+    """
     parts = [f"{what}:" if what else "",
              "your guess " + (_show(guess, unit) if guess not in (None, Ellipsis)
                               else "(not recorded: set it in the Predict cell above)")]
     if theory is not None:
         parts.append(f"theory {_show(theory, unit)}")
     parts.append(f"measured {_show(measured, unit)}")
-    line = " ".join(parts[:1] + ["  |  ".join(parts[1:])]).strip()
-    print(line)
-    return line
+    print(" ".join(parts[:1] + ["  |  ".join(parts[1:])]).strip())
