@@ -459,7 +459,7 @@ def _wait(condition, deadline: float, poll: float = 0.05):
 
 def node_failure(mode: str = "kill", rejoin: bool = True, steps: int = 40,
                  step_s: float = 0.15, kill_at: int = 6, timeout: float = 10.0,
-                 profile="1gbe", folder=None, deadline: float = 240.0) -> Failure:
+                 profile="1gbe", folder=None, deadline: float = 360.0) -> Failure:
     """Train on 2 nodes under ``torchrun --nnodes=1:2 --max-restarts=3``; fail node1.
 
     ``mode="kill"``: SIGKILL every process in node1's namespace (a node that dies);

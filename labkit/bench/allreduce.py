@@ -9,8 +9,11 @@ as nccl-tests counts it: 64 MiB = 67,108,864 bytes).
 ``labkit bench allreduce --link 1gbe`` (root only: ``labkit.cluster``) runs the 2
 ranks on two network-namespace nodes joined by a link shaped to the profile, and
 fits alpha and beta there. Last line: the fitted beta vs the shaped rate, with the
-tolerance ``LINK_TOLERANCE`` measured on this course's 2-core machine (8 runs on
-1gbe: beta within -3.6 % ... -1.9 % of the shaped rate), and alpha.
+tolerance ``LINK_TOLERANCE`` (15 %) measured on this course's 2-core machine: on
+1gbe, 14 runs at a load of 3-11 gave beta -4.1 % ... +9.9 % of the shaped rate, one
+at a load of 20 -14 %. TCP/IP headers pull beta down (4.4 % of the rate); tbf's
+256 KiB token bucket lets mid-size messages out faster than the rate, which pulls
+the relative fit up. Alpha is not shaped where the kernel has no netem (that VM).
 """
 
 import statistics
@@ -25,7 +28,7 @@ __all__ = ["time_allreduce", "sizes_up_to", "allreduce", "allreduce_on_link",
            "LINK_TOLERANCE"]
 
 HEADLINE_BYTES = 64 * 2**20
-# |fitted beta / shaped rate - 1| on a shaped link: measured, see the docstring.
+# |fitted beta / shaped rate - 1| allowed on a shaped link: measured, see above.
 LINK_TOLERANCE = 0.15
 # On the wire a full TCP segment is 1514 bytes (Ethernet 14, IP 20, TCP 32 with
 # timestamps) carrying 1448 of payload: tbf counts every byte of it.
