@@ -159,7 +159,8 @@ def test_faked_nodes_see_the_per_job_rule(folder):
 def test_script_without_init_process_group_is_named(folder):
     """Does a script that never joins the group get the init_process_group hint?"""
     path = write_program(folder, NOTEBOOK, "ddp_script.py", [
-        ('    dist.init_process_group(backend, init_method="env://")   # MASTER_ADDR/PORT too\n',
+        ('    dist.init_process_group(backend, init_method="env://",   # MASTER_ADDR/PORT too\n'
+         '                            device_id=device if backend == "nccl" else None)\n',
          "")])
     with pytest.raises(ExerciseFailed, match="init_process_group"):
         checks.ddp_under_torchrun(str(path), str(folder / "ddp_worker.py"))
