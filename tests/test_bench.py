@@ -33,7 +33,7 @@ def _headline(label: str, unit: str, pairs: int) -> str:
     """The last line's pattern: median, range and pairs, maybe "within the noise"."""
     number = r"\d+(\.\d+)?"
     return (rf"{label}: {number}{unit} \({number}–{number}{unit} over {pairs} pairs"
-            r"(; within the noise)?\)")
+            r"(; within the noise|; spread wider than the effect)?\)")
 
 
 def test_ratios_report_median_range_and_noise():
@@ -46,6 +46,9 @@ def test_ratios_report_median_range_and_noise():
     noisy = Ratios((0.9, 1.2, 1.6), null=1.0, digits=2)   # spread 0.7 > effect 0.2
     assert noisy.headline("a vs b").endswith("over 3 pairs; within the noise)")
     assert "within the noise" in noisy.noise_note("the gain")
+    wide = Ratios((1.4, 1.7, 2.5), null=1.0, digits=2)    # all above 1, spread 1.1
+    assert wide.headline("a vs b").endswith("pairs; spread wider than the effect)")
+    assert "quote the range" in wide.noise_note("the gain")
     calls = []
     alternate(lambda: calls.append("A"), lambda: calls.append("B"), 3)
     assert calls == ["A", "B"] * 3

@@ -4,8 +4,10 @@ One run of A then one of B gives a ratio that other programs on the machine can 
 by more than the effect measured. So each benchmark runs A, B, A, B, ... and takes
 one ratio per adjacent pair (the two arms of a pair share the machine's state), then
 reports the median with its range. The last line carries both, e.g.
-``fast path vs DataLoader: 96x (71–112x over 7 pairs)``; when the range is wider than
-the effect (the distance of the median from "no difference") it says so.
+``fast path vs DataLoader: 96x (71–112x over 7 pairs)``. When the range is wider than
+the effect (the distance of the median from "no difference") it says so: "within the
+noise" when pairs fall on both sides of "no difference", else "spread wider than the
+effect" (the direction holds, the size does not).
 """
 
 import statistics
@@ -54,26 +56,36 @@ class Ratios:
         return self.high - self.low
 
     @property
-    def within_noise(self) -> bool:
+    def wide(self) -> bool:
         """Is the range of the pairs wider than the effect itself?"""
         return self.spread > self.effect
+
+    @property
+    def within_noise(self) -> bool:
+        """Do the pairs disagree even on the direction (the range holds the null)?"""
+        return self.low <= self.null <= self.high
 
     def _number(self, value: float) -> str:
         return f"{value:.{self.digits}f}"
 
     def noise_note(self, what: str) -> str | None:
         """Explain, when the spread is wider than the effect, what that means."""
-        if not self.within_noise:
+        if not self.wide:
             return None
-        return (f"Note: the pairs spread over {self._number(self.spread)}{self.unit}, "
-                f"more than the effect ({self._number(self.effect)}{self.unit} from "
-                f"{self._number(self.null)}{self.unit}, {what}): on this machine, now, "
-                "that difference is within the noise. Run it again on a quieter "
-                "machine before quoting it.")
+        n, unit = self._number, self.unit
+        spread = (f"Note: the pairs spread over {n(self.spread)}{unit}, more than the "
+                  f"effect ({n(self.effect)}{unit} from {n(self.null)}{unit}, {what})")
+        if self.within_noise:
+            return (f"{spread}, and some pairs fall on each side of {n(self.null)}"
+                    f"{unit}: on this machine, now, the difference is within the noise. "
+                    "Run it again on a quieter machine before quoting it.")
+        return (f"{spread}. Every pair agrees on the direction, not on the size: "
+                "quote the range, not the median.")
 
     def headline(self, label: str) -> str:
-        """The last line: median, range and number of pairs (and "within the noise")."""
+        """The last line: median, range and number of pairs (and how far to trust it)."""
         n = self._number
-        noise = "; within the noise" if self.within_noise else ""
+        trust = ("; within the noise" if self.within_noise
+                 else "; spread wider than the effect" if self.wide else "")
         return (f"{label}: {n(self.median)}{self.unit} ({n(self.low)}–{n(self.high)}"
-                f"{self.unit} over {len(self.values)} pairs{noise})")
+                f"{self.unit} over {len(self.values)} pairs{trust})")
