@@ -9,19 +9,21 @@ to artifacts/book/), every internal link resolves, the search finds
 """
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
 
+from labkit.checks._programs import run_command
 from test_browser import CHROMIUM, CHROMIUM_FLAGS, _browser_or_skip
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts" / "book"
 
 pytest.importorskip("myst_nb", reason="the book needs sphinx and myst-nb (pip install .[book])")
+# Building runs every notebook once (quick mode): minutes, not the suite's default 10.
+pytestmark = pytest.mark.timeout(2400)
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +31,9 @@ def book(tmp_path_factory) -> Path:
     """Build the quick-mode book once, with the same command as `make book`."""
     out = tmp_path_factory.mktemp("book")
     env = dict(os.environ, LABKIT_QUICK="1", LABKIT_OFFLINE="1")
-    done = subprocess.run([sys.executable, "-m", "labkit.cli", "book", "--out", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    # run_command stops the build and every kernel below it on a timeout or interrupt
+    done = run_command([sys.executable, "-m", "labkit.cli", "book", "--out", str(out)],
+                       timeout=2000, cwd=ROOT, env=env)
     assert done.returncode == 0, f"the book did not build:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
     assert (out / "instructor-bundle.zip").stat().st_size > 0
     return out / "html"

@@ -220,3 +220,16 @@ def test_reveal_prints_guess_theory_and_measurement(capsys):
         "2 ranks vs 1: your guess 1.5x  |  theory 2x  |  measured 1.71x\n")
     labkit.reveal(..., 0.0123, what="all-reduce", unit="s")
     assert "not recorded" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.glob("solutions/*.ipynb")), ids=lambda p: p.name)
+def test_predict_cells_leave_the_guess_to_the_learner(path):
+    """Is every Predict guess (`my_guess... = ...`) left blank in the solution, so that
+    the learner's lab (and nbgrader's release) hands out no answer?"""
+    import re
+
+    guess = re.compile(r"^\s*(my_guess\w*)\s*=\s*([^#\n]*?)\s*(#.*)?$", re.MULTILINE)
+    filled = [(m.group(1), m.group(2)) for cell in nbformat.read(path, 4).cells
+              if cell.cell_type == "code" for m in guess.finditer(cell.source)
+              if m.group(2) != "..."]
+    assert not filled, f"{path.name}: Predict guesses given away: {filled}"
