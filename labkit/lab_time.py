@@ -101,8 +101,9 @@ def time_sentence(nb) -> str:
         compute = _minutes(measured["full_mode_s"])
         total = f"≈ {reading + exercises + compute} min"
         compute_part = (f"compute {compute} min (full mode, measured on "
-                        f"{measured['on']}, {measured['date']}; quick mode "
-                        f"{measured['quick_mode_s']:.0f} s)")
+                        f"{measured['on']}{_shared(measured)}, {measured['date']}"
+                        + (f"; quick mode {measured['quick_mode_s']:.0f} s"
+                           if measured.get("quick_mode_s") is not None else "") + ")")
     else:
         total = f"≈ {reading + exercises} min plus compute"
         compute_part = "compute not measured yet (`labkit measure-labs`)"
@@ -112,6 +113,14 @@ def time_sentence(nb) -> str:
             f"estimates), {compute_part}."
             + (f" The appendix adds about {extra} min of reading for self-study."
                if appendix else ""))
+
+
+def _shared(measured: dict) -> str:
+    """Say so when the machine was busy with other work during the measurement."""
+    load, cores = measured.get("load"), measured.get("cores")
+    if load is None or cores is None or load <= cores + 0.5:
+        return ""
+    return f" while shared with other work (load {load:.0f})"
 
 
 def apply_header(nb) -> bool:
@@ -143,9 +152,10 @@ def instructors_text(text: str, notebooks: dict) -> str:
         by_lab[name[:2]] = m
         core, appendix = word_counts(nb)
         measured = nb.metadata.get("labkit", {}).get("measured") or {}
-        compute = (f"{m['compute']} ({measured['full_mode_s']:.0f} s full, "
-                   f"{measured['quick_mode_s']:.0f} s quick)" if measured
-                   else "not measured")
+        compute = (f"{m['compute']} ({measured['full_mode_s']:.0f} s full"
+                   + (f", {measured['quick_mode_s']:.0f} s quick"
+                      if measured.get("quick_mode_s") is not None else "")
+                   + f"{_shared(measured)})" if measured else "not measured")
         title = nb.cells[0].source.splitlines()[0].lstrip("# ").strip()
         rows.append(f"| {title} | {m['reading']} ({core:,} words) | {m['exercises']} | "
                     f"{compute} | **{m['total']}** | {m['appendix']} ({appendix:,} words) |")
@@ -184,7 +194,8 @@ def machine() -> dict:
     gpus = torch.cuda.device_count()
     where = (f"{gpus} × {torch.cuda.get_device_name(0)}" if gpus
              else f"{cores} CPU cores")
-    return {"on": where, "cpu": cpu, "torch": torch.__version__.split("+")[0]}
+    return {"on": where, "cpu": cpu, "cores": cores,
+            "torch": torch.__version__.split("+")[0]}
 
 
 def _run_seconds(path: Path, quick: bool, timeout: float) -> float:
@@ -208,13 +219,18 @@ def _run_seconds(path: Path, quick: bool, timeout: float) -> float:
             os.environ["LABKIT_QUICK"] = saved
 
 
-def measure(path, timeout: float = 3600) -> dict:
-    """Run a solution notebook in full and in quick mode; store and return the times."""
+def measure(path, timeout: float = 3600, quick: bool = False) -> dict:
+    """Run a solution notebook in full mode (and in quick mode when asked); store and
+    return the seconds, with the machine and its mean load while it ran (a busy
+    machine is said to be busy in the header)."""
     path = Path(path)
+    before = os.getloadavg()[0]
     full = _run_seconds(path, quick=False, timeout=timeout)
-    quick = _run_seconds(path, quick=True, timeout=timeout)
-    measured = {"full_mode_s": round(full, 1), "quick_mode_s": round(quick, 1),
-                **machine(), "date": datetime.date.today().isoformat()}
+    load = (before + os.getloadavg()[0]) / 2
+    quick_s = round(_run_seconds(path, quick=True, timeout=timeout), 1) if quick else None
+    measured = {"full_mode_s": round(full, 1), "quick_mode_s": quick_s,
+                "load": round(load, 1), **machine(),
+                "date": datetime.date.today().isoformat()}
     nb = nbformat.read(path, as_version=4)
     nb.metadata.setdefault("labkit", {})["measured"] = measured
     nbformat.write(nb, path)
