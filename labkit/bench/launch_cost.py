@@ -53,7 +53,7 @@ def _launch_seconds(world_size: int) -> tuple[float, float]:
     return first, again
 
 
-def launch_cost(world_size: int = 2, pairs: int = 5) -> float:
+def launch_cost(world_size: int = 2, pairs: int = 4) -> float:
     """Compare the first gloo launch in a Python with a bare ``import torch``.
 
     ``pairs`` times: a fresh ``import torch``, then a fresh Python's first launch
