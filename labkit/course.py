@@ -23,7 +23,7 @@ from pathlib import Path
 
 import nbformat
 
-from labkit import lab_time
+from labkit import i18n, lab_time
 
 __all__ = ["BEGIN", "END", "CourseError", "strip_solutions", "make_lab", "build_labs",
            "exercises", "REFERENCES", "hardware_needs", "hardware_skip_reason"]
@@ -205,11 +205,12 @@ def build_labs(
     sources = sorted(solutions_dir.glob("*.ipynb"))
     if not sources:
         raise CourseError(f"No notebooks in {solutions_dir}: nothing to build.")
-    changed = []
+    changed, english = [], {}
     for source in sources:
         solution = nbformat.read(source, as_version=4)
         nbgrader_metadata(solution, source.name)
         lab_time.apply_header(solution)
+        english[source.name] = solution
         _refresh(source, _render(solution), check, changed)
         _refresh(labs_dir / source.name, _render(make_lab(solution, source.name)),
                  check, changed)
@@ -229,7 +230,9 @@ def build_labs(
             changed.append(orphan)
             if not check:
                 orphan.unlink()
-    return changed
+    # Translated editions (labkit.i18n): solutions/<lang>/ and labs/<lang>/ from the
+    # catalogs in locale/; with check, their untranslated entries count as stale too.
+    return changed + i18n.build_translations(english, solutions_dir, labs_dir, check)
 
 
 # ---------------------------------------------------------------- hardware metadata
