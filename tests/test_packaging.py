@@ -25,8 +25,19 @@ def _imports(folder: Path) -> set[str]:
     return names
 
 
+def _notebook_modules() -> set[str]:
+    """The modules the labs' %%writefile cells write (the alternatives import them)."""
+    from notebook_cells import WRITEFILE, code_cells
+
+    return {Path(match.group(1)).stem
+            for notebook in (ROOT / "solutions").glob("*.ipynb")
+            for source in code_cells(notebook.name)
+            if (match := WRITEFILE.match(source.partition("\n")[0]))}
+
+
 def _third_party(names: set[str]) -> set[str]:
-    local = {"labkit", "conftest"} | {p.stem for p in (ROOT / "tests").glob("*.py")}
+    local = ({"labkit", "conftest"} | {p.stem for p in (ROOT / "tests").rglob("*.py")}
+             | _notebook_modules())
     return {n for n in names if n not in sys.stdlib_module_names and n not in local}
 
 
