@@ -22,6 +22,8 @@ from urllib.parse import quote, urlencode
 
 import nbformat
 
+from labkit.course import BEGIN, END
+
 __all__ = ["build", "prepare_sources", "launch_cell", "machine_cell"]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,6 +98,10 @@ def prepare_sources(target: Path) -> Path:
     (target / "labs").mkdir()
     for source in sorted((ROOT / "solutions").glob("*.ipynb")):
         nb = nbformat.read(source, as_version=4)
+        for cell in nb.cells:   # a reading edition: the solved code, without markers
+            if cell.cell_type == "code" and BEGIN in cell.source:
+                cell.source = "\n".join(line for line in cell.source.splitlines()
+                                        if line.strip() not in (BEGIN, END))
         nb.cells[:0] = [nbformat.v4.new_markdown_cell(launch_cell(source.name)),
                         machine_cell(nb)]
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
