@@ -615,30 +615,30 @@ def _collect(ranks: list, folder: str, deadline: float) -> list:
     """Wait for every rank; return their results or raise the first rank's error."""
     end = time.monotonic() + deadline
     while any(p.poll() is None for p in ranks):
-        failed = [r for r, p in enumerate(ranks) if p.poll() not in (None, 0)]
-        if failed or time.monotonic() > end:
+        if any(p.poll() not in (None, 0) for p in ranks) or time.monotonic() > end:
             break
         time.sleep(0.05)
-    results = []
-    for rank, process in enumerate(ranks):
+    for other in ranks:          # a rank that failed: the others are stopped
+        if other.poll() is None:
+            other.kill()
+        other.wait()
+    outcomes = {}
+    for rank in range(len(ranks)):
         path = Path(folder, f"result{rank}.pkl")
-        if process.poll() is None or not path.exists():
-            for other in ranks:
-                if other.poll() is None:
-                    other.kill()
-                other.wait()
-            logs = "\n".join(
-                f"--- rank {r} (exit {p.returncode}):\n"
-                f"{Path(folder, f'rank{r}.log').read_text()[-2500:]}"
-                for r, p in enumerate(ranks))
-            what = ("ran past the deadline" if time.monotonic() > end
-                    else "failed")
-            raise ClusterError(f"rank {rank} {what}.\n{logs}")
-        kind, value = pickle.loads(path.read_bytes())
+        if path.exists():
+            outcomes[rank] = pickle.loads(path.read_bytes())
+    for rank, (kind, value) in outcomes.items():
         if kind != "ok":
             raise ClusterError(f"rank {rank} raised:\n{value}")
-        results.append(value)
-    return results
+    missing = [r for r in range(len(ranks)) if r not in outcomes]
+    if missing:
+        logs = "\n".join(
+            f"--- rank {r} (exit {p.returncode}):\n"
+            f"{Path(folder, f'rank{r}.log').read_text()[-2500:]}"
+            for r, p in enumerate(ranks))
+        what = "ran past the deadline" if time.monotonic() > end else "failed"
+        raise ClusterError(f"rank {missing[0]} {what}.\n{logs}")
+    return [outcomes[r][1] for r in range(len(ranks))]
 
 
 def _rank_main(folder: str, rank: int) -> None:
@@ -675,7 +675,14 @@ def _rank_main(folder: str, rank: int) -> None:
     tmp = Path(folder, f"result{rank}.pkl.tmp")
     tmp.write_bytes(pickle.dumps(outcome))
     os.replace(tmp, Path(folder, f"result{rank}.pkl"))
-    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if outcome[0] == "ok":
+        dist.barrier()            # every rank is done before the group goes
+        dist.destroy_process_group()
+    # No interpreter shutdown: gloo's threads and DDP hooks' futures torn down by
+    # Python's finalizers aborted a rank here ("Resource deadlock avoided").
+    os._exit(0 if outcome[0] == "ok" else 1)
 
 
 # ---------------------------------------------------------------- command line

@@ -172,28 +172,36 @@ def ddp_two_nodes(script="ddp_script.py", epochs: int = 1, limit: int = 512,
 
 def compression_on_link(profile="1gbe", specs=("allreduce", "powersgd-1"),
                         steps: int = 40, width: int = 512, limit: int = 4096,
-                        verbose: bool = True) -> dict:
+                        cfg=None, emulated=None, verbose: bool = True) -> dict:
     """Time DDP hooks on the ``sleep`` emulation and, as root, on a real shaped link.
 
     Both train the lab's MLP (784-width-width-10) with each hook on 2 gloo ranks for
-    ``steps`` steps (PowerSGD's warm-up: the first quarter). Emulation: the ranks run
-    here, and ``ByteCounter`` sleeps each all-reduce's bytes x 2(N-1)/N at the
-    link's rate (``compression.train_variants``'s slow-link steps). Real: one rank in
-    each of two namespace nodes, the link shaped by tbf, no sleep. Returns
-    ``{"emulated": rows, "real": rows or None, "reason": why not real or None,
-    "link": ...}``; each row: hook, bytes per step, ms per step.
+    ``steps`` steps (PowerSGD's warm-up: the first quarter), or with ``cfg`` (a
+    ``compression.CompressionConfig``). Emulation: the ranks run here, and
+    ``ByteCounter`` sleeps each all-reduce's bytes x 2(N-1)/N at the link's rate
+    (``compression.train_variants``'s slow-link steps); ``emulated`` passes results
+    of that run already made (lab 06, section 3), matched by hook name. Real: one
+    rank in each of two namespace nodes, the link shaped by tbf, no sleep. Returns
+    ``{"rows", "reason", "link", "emulated", "real"}``: per hook the bytes per step,
+    the ms per step here, emulated and real (None without root), and its bytes'
+    time on the wire; ``reason`` says why there is no real run.
     """
     from labkit import compression, launch
 
     chosen = cluster.link(profile)
     if chosen.rate_bits is None:
         raise ValueError("compression_on_link needs a link with a rate (1gbe, ...).")
-    cfg = compression.CompressionConfig(
-        steps=steps, width=width, limit=limit, test_limit=1000,
-        powersgd_start=max(2, steps // 4), slow_steps=max(3, steps // 4),
-        slow_link_gbytes_per_s=chosen.bytes_per_s / 1e9)
-    emulated = launch.run(compression.train_variants, 2, args=(cfg, list(specs)),
-                          timeout=300)[0]
+    if cfg is None:
+        cfg = compression.CompressionConfig(
+            steps=steps, width=width, limit=limit, test_limit=1000,
+            powersgd_start=max(2, steps // 4), slow_steps=max(3, steps // 4),
+            slow_link_gbytes_per_s=chosen.bytes_per_s / 1e9)
+    if emulated is None:
+        emulated = launch.run(compression.train_variants, 2,
+                              args=(cfg, list(specs)), timeout=300)[0]
+    names = [compression.label(spec) for spec in specs]
+    by_name = {r["name"]: r for r in emulated}
+    emulated = [by_name[name] for name in names]
     reason = cluster.unavailable()
     real = None
     if reason is None:
@@ -209,7 +217,8 @@ def compression_on_link(profile="1gbe", specs=("allreduce", "powersgd-1"),
                "wire_ms": 1e3 * emulated[i]["bytes_per_step"] / chosen.bytes_per_s}
         rows.append(row)
     if verbose:
-        print(f"MLP 784-{width}-{width}-10, 2 ranks, {steps} steps per hook; link "
+        print(f"MLP 784-{cfg.width}-{cfg.width}-10, 2 ranks, {cfg.steps} steps per hook; "
+              f"emulated link {cfg.slow_link_gbytes_per_s:g} GB/s; real link "
               f"{chosen.describe()}")
         print(f"{'hook':<12}{'bytes/step':>12}{'on the wire':>13}{'local':>9}"
               f"{'emulated':>10}{'real link':>11}   (ms per step)")
