@@ -92,3 +92,18 @@ def test_book_in_chromium(book):
             assert any("03_ddp" in href for href in found), found
         finally:
             browser.close()
+
+
+def test_pages_workflow_publishes_the_full_book():
+    """Does the pages workflow build with `make book` in full mode, under pipefail, and
+    say which kind of runner made the numbers?"""
+    import yaml
+
+    workflow = yaml.safe_load((ROOT / ".github/workflows/pages.yml").read_text())
+    job = workflow["jobs"]["book"]
+    runs = [step.get("run", "") for step in job["steps"]]
+    assert "make book" in runs and not any("LABKIT_QUICK" in r for r in runs)
+    assert "pipefail" in job["defaults"]["run"]["shell"]
+    assert any("GPU runner" in r and "CPU runner" in r for r in runs)
+    uploaded = [s["with"]["path"] for s in job["steps"] if "upload-pages" in s.get("uses", "")]
+    assert uploaded == ["build/book/full/html"]
