@@ -466,7 +466,8 @@ def _wait(condition, deadline: float, poll: float = 0.05):
     return None
 
 
-def node_failure(mode: str = "kill", rejoin: bool = True, steps: int = 40,
+def node_failure(mode: str = "kill", rejoin: bool = True, resume: bool = True,
+                 steps: int = 40,
                  step_s: float = 0.15, kill_at: int = 6, timeout: float = 10.0,
                  profile="1gbe", folder=None, deadline: float = 360.0) -> Failure:
     """Train on 2 nodes under ``torchrun --nnodes=1:2 --max-restarts=3``; fail node1.
@@ -481,6 +482,8 @@ def node_failure(mode: str = "kill", rejoin: bool = True, steps: int = 40,
     the agents see a node waiting, restart into 2 nodes, and train on. The rank
     0 of the last world writes the final weights, compared with a run without
     failure (the global batch is fixed, so they agree to float rounding).
+    ``resume=False`` stops everything once the survivor's error is seen (what a
+    test of the error alone needs).
     """
     if mode not in ("kill", "link"):
         raise ValueError(f"mode is 'kill' or 'link', got {mode!r}.")
@@ -503,8 +506,11 @@ def node_failure(mode: str = "kill", rejoin: bool = True, steps: int = 40,
         followers = {n: _Log(p) for n, p in logs.items()}
         try:
             _fail_and_recover(box, report, folder, processes, followers, end,
-                              kill_at, timeout, mode)
-            if rejoin and report.recovery_s is not None:
+                              kill_at, timeout, mode, resume)
+            if not resume:
+                for node in box.nodes:
+                    box.kill_node(node)
+            elif rejoin and report.recovery_s is not None:
                 _rejoin(box, report, folder, command, env, processes, followers, end)
             (folder / "release").write_text("")
             for node, process in processes.items():
@@ -536,7 +542,7 @@ def node_failure(mode: str = "kill", rejoin: bool = True, steps: int = 40,
 
 
 def _fail_and_recover(box, report, folder, processes, followers, end, kill_at,
-                      timeout, mode) -> None:
+                      timeout, mode, resume=True) -> None:
     def reached():
         rows = [r for r in _records(folder, "progress")
                 if r["world_size"] == 2 and r["step"] >= kill_at]
@@ -565,6 +571,8 @@ def _fail_and_recover(box, report, folder, processes, followers, end, kill_at,
         report.error_s, report.error_line = seen[0] - failed_at, seen[1]
     if mode == "link":     # fence the cut-off node: nothing of it runs on
         box.kill_node("node1")
+    if not resume:
+        return
 
     def training_again():
         starts = [r for r in _records(folder, "start")

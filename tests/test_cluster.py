@@ -349,17 +349,13 @@ def test_killed_node_survivors_resume_from_the_snapshot_and_it_rejoins(can_clust
     assert report.max_diff < 1e-4   # 2 ranks, 1 rank, 2 ranks = one process
 
 
-def test_link_down_survivors_time_out_then_resume(can_cluster, tmp_path):
-    """Pull node1's cable: node0's collective times out (10 s), then resumes alone."""
-    report = multinode.node_failure("link", rejoin=False, steps=16, step_s=0.1,
+def test_link_down_survivors_get_a_timeout_error(can_cluster, tmp_path):
+    """Pull node1's cable mid-training: node0's collective times out after 10 s."""
+    report = multinode.node_failure("link", resume=False, steps=16, step_s=0.1,
                                     folder=tmp_path / "run", timeout=10)
     print(report.summary())
     assert report.error_s is not None and 8 < report.error_s < 10 + 15, report.logs
-    assert "Timed out" in report.error_line
-    assert report.survivor_world == 1
-    assert report.resumed_step == report.snapshot_step
-    assert report.returncodes["node0"] == 0, report.logs
-    assert report.max_diff < 1e-4
+    assert "Timed out waiting 10000ms" in report.error_line
 
 
 def test_reference_weights_are_what_one_process_trains():
