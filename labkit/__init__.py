@@ -7,7 +7,8 @@ One module per idea of the course, each saying in its docstring where it is taug
 ``pipeline_run``, ``stages`` and ``p2p`` (labs 04-05), ``comm_model``,
 ``compression``, ``local_sgd`` and ``bottleneck`` (lab 06), ``sharded``,
 ``sharding_memory`` and ``memory_probe`` (lab 07), ``tensor_parallel`` and
-``latency_model`` (lab 08), ``snapshots`` and ``elastic`` (lab 09), ``explorers``
+``latency_model`` (lab 08), ``snapshots`` and ``elastic`` (lab 09), ``cluster`` and
+``multinode`` (real nodes on one machine, as root: labs 03, 06, 09), ``explorers``
 (the widgets), ``checks`` (every lab's exercises, one module per lab), ``course``
 (building labs/ from solutions/), ``bench`` (the benchmarks, one module each) and
 ``cli`` (the ``labkit`` command), ``predict`` (the Predict cells' ``reveal``).
