@@ -217,8 +217,8 @@ def compression_on_link(profile="1gbe", specs=("allreduce", "powersgd-1"),
                "wire_ms": 1e3 * emulated[i]["bytes_per_step"] / chosen.bytes_per_s}
         rows.append(row)
     if verbose:
-        print(f"MLP 784-{cfg.width}-{cfg.width}-10, 2 ranks, {cfg.steps} steps per hook; "
-              f"emulated link {cfg.slow_link_gbytes_per_s:g} GB/s; real link "
+        print(f"MLP 784-{cfg.width}-{cfg.width}-10, 2 ranks, {cfg.steps} steps per "
+              f"hook; emulated link {cfg.slow_link_gbytes_per_s:g} GB/s; real link "
               f"{chosen.describe()}")
         print(f"{'hook':<12}{'bytes/step':>12}{'on the wire':>13}{'local':>9}"
               f"{'emulated':>10}{'real link':>11}   (ms per step)")
