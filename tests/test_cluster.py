@@ -315,6 +315,17 @@ def test_powersgd_on_the_real_link_and_the_emulation(can_cluster):
     assert powersgd["wire_ms"] < 0.1 * plain["wire_ms"]
 
 
+def test_link_is_an_allreduce_option_only(capsys):
+    """`labkit bench ddp --link 1gbe` is refused in one line; allreduce takes it."""
+    from labkit import bench, cli
+
+    with pytest.raises(ValueError, match="takes no --link"):
+        bench.run("ddp", link="1gbe")
+    assert cli.main(["bench", "ddp", "--link", "1gbe"]) == 2
+    assert "takes no --link" in capsys.readouterr().err
+    assert bench.OPTIONS["allreduce"] == ("link",)
+
+
 def test_compression_on_link_without_root_is_the_emulation_alone(monkeypatch):
     """Where no cluster can run, is the emulation shown alone, with the reason?"""
     monkeypatch.setattr(cluster, "_probe_result", {"reason": "needs root (test)"})
