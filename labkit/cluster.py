@@ -301,17 +301,21 @@ class Cluster:
     add the delay (no netem) instead of shaping the rate alone and saying so.
     ``aliases``: more names per node in every node's /etc/hosts, e.g.
     ``{"node0": ["course-ddp-node-0-0.course-ddp"]}`` (a pod's DNS name).
+    ``gpus=False`` (the default) hides the machine's GPUs from every command
+    (``CUDA_VISIBLE_DEVICES=""`` unless ``env`` sets it): the nodes would all share
+    them, and NCCL refuses two ranks on one GPU, so each node is a CPU node.
     """
 
     def __init__(self, nodes: int = 2, profile="1gbe", rate=None, delay=None,
                  require_delay: bool = False, verbose: bool = True,
-                 aliases: dict | None = None):
+                 aliases: dict | None = None, gpus: bool = False):
         if isinstance(nodes, bool) or not isinstance(nodes, int) or not 2 <= nodes <= 4:
             raise ValueError(f"nodes must be 2, 3 or 4, got {nodes!r}.")
         self.link = link(profile, rate, delay)
         self.nodes = [f"node{i}" for i in range(nodes)]
         self.name = f"{PREFIX}{os.getpid()}-{next(_counter)}"
         self.require_delay = require_delay
+        self.gpus = gpus
         self.aliases = {self._node(n): [names] if isinstance(names, str) else
                         list(names) for n, names in (aliases or {}).items()}
         self.verbose = verbose
@@ -499,7 +503,8 @@ class Cluster:
         The process is killed at teardown if it is still running.
         """
         self._check_up()
-        full = {**os.environ, **(env or {})}
+        hidden = {} if self.gpus else {"CUDA_VISIBLE_DEVICES": ""}
+        full = {**os.environ, **hidden, **(env or {})}
         process = subprocess.Popen(self.command(node, cmd), env=full, **kwargs)
         self._processes.append(process)
         return process
@@ -741,6 +746,7 @@ def _cmd_run(args) -> int:
     if namespace not in existing():
         raise ClusterError(f"cluster {name} has no {node}.")
     argv = command_in(namespace, node, command)
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")   # CPU nodes (see Cluster)
     os.execvp(argv[0], argv)   # signals and exit code go straight to the command
     return 0   # not reached
 

@@ -130,10 +130,11 @@ def ddp_two_nodes(script="ddp_script.py", epochs: int = 1, limit: int = 512,
     ``torchrun --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d
     --rdzv-endpoint=node0:29400 --rdzv-id=job42 SCRIPT OUT EPOCHS LIMIT`` in node0
     and in node1 at once (``node0`` resolves to node0's address inside every node,
-    as on a cluster with DNS). Then compares the weights with ``reference`` (a
-    file the single-node ``--standalone --nproc-per-node=2`` run saved), running
-    that single-node command itself when ``reference`` is None. Returns the
-    command, both outputs, the weight comparison and the time.
+    as on a cluster with DNS). The nodes are CPU nodes (gloo). Then compares the
+    weights with ``reference`` (a file a single-node ``--standalone
+    --nproc-per-node=2`` run on CPU ranks saved), running that command itself, on
+    CPU ranks, when ``reference`` is None. Returns the command, both outputs, the
+    weight comparison and the time.
     """
     import torch
 
@@ -154,7 +155,8 @@ def ddp_two_nodes(script="ddp_script.py", epochs: int = 1, limit: int = 512,
                                script.name, reference, str(epochs), str(limit)],
                               cwd=script.parent, capture_output=True, text=True,
                               timeout=timeout,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+                              env={**os.environ, "OMP_NUM_THREADS": "1",
+                                   "CUDA_VISIBLE_DEVICES": ""})   # gloo, as the nodes
         if done.returncode != 0:
             raise cluster.ClusterError(f"the single-node run failed:\n"
                                        f"{(done.stdout + done.stderr)[-3000:]}")
