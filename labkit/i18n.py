@@ -44,8 +44,9 @@ _TIME_TEXT = {"zh_CN": {
     "sentence": "**时间：** {total}：阅读 {reading} 分钟（英文原文 {words} 词，按每分钟 "
                 "{wpm} 词计），练习 {exercises} 分钟（各练习标题中的估计），{compute}。",
     "total": "约 {n} 分钟", "total_plus": "约 {n} 分钟，另加计算时间",
-    "measured": "计算 {n} 分钟（完整模式，{date} 在 {on} 上测得{shared}）",
+    "measured": "计算 {n} 分钟（完整模式，{date} 在 {on} 上测得{shared}{quick}）",
     "shared": "，当时机器与其他任务共用，负载 {load:.0f}",
+    "quick": "；快速模式 {q:.0f} 秒",
     "unmeasured": "计算时间尚未测量（`labkit measure-labs`）",
     "appendix": "附录另有约 {n} 分钟的阅读，供自学。"}}
 
@@ -170,8 +171,10 @@ def time_sentence(nb, lang: str) -> str:
         total = text["total"].format(n=parts["total"])
         busy = lab_time._shared(measured)   # "" when the machine was not shared
         shared = text["shared"].format(load=measured["load"]) if busy else ""
-        compute = text["measured"].format(n=parts["compute"], on=measured["on"],
-                                          date=measured["date"], shared=shared)
+        quick = measured.get("quick_mode_s")
+        compute = text["measured"].format(
+            n=parts["compute"], on=measured["on"], date=measured["date"], shared=shared,
+            quick=text["quick"].format(q=quick) if quick is not None else "")
     else:
         total = text["total_plus"].format(n=parts["reading"] + parts["exercises"])
         compute = text["unmeasured"]
