@@ -28,7 +28,7 @@ test: $(STAMP)
 	$(BIN)/labkit data prepare
 	LABKIT_QUICK=1 LABKIT_OFFLINE=1 MPLBACKEND=agg $(BIN)/python -m pytest tests \
 		--nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
-		--nbval-sanitize-with tests/nbval_sanitize.cfg solutions
+		--nbval-sanitize-with tests/nbval_sanitize.cfg --durations=40 solutions
 
 labs: $(STAMP)
 	$(BIN)/labkit build-labs
