@@ -29,7 +29,7 @@ import nbformat
 
 from labkit import lab_time
 
-__all__ = ["TIME_TOKEN", "Problem", "catalogs", "update", "translate",
+__all__ = ["TIME_TOKEN", "Problem", "catalogs", "update", "translate", "fidelity_problem",
            "build_translations", "status", "language"]
 
 LOCALE = "locale"                  # next to solutions/
@@ -196,6 +196,41 @@ def _entry_problem(entry, msgid: str) -> str | None:
         return "the entry is untranslated"
     if TIME_TOKEN in msgid and TIME_TOKEN not in entry.msgstr:
         return f"the translation lost {TIME_TOKEN} (the Time sentence goes there)"
+    return fidelity_problem(msgid, entry.msgstr)
+
+
+# What a translation keeps verbatim: code blocks, code spans, formulas, link and image
+# targets, and the number of headings (the book's table of contents and the lab's
+# section numbers come from them). Code and API names stay English (TERMINOLOGY.md).
+_FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+_SPAN = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)", re.S)   # a span may wrap lines
+_MATH = re.compile(r"\$\$.+?\$\$|\$[^$\n]+\$", re.S)
+_TARGET = re.compile(r"\]\(([^)\s]+)")
+_HEADING = re.compile(r"^#{1,6} ", re.M)
+_WORDS = re.compile(r"\\text\{[^}]*\}")   # a formula's words may be translated
+
+
+def _kept_parts(text: str) -> dict:
+    fences = _FENCE.findall(text)
+    prose = _FENCE.sub("", text)
+    return {"code block": fences, "code span": [" ".join(m.group(2).split())   # rewrapped: same span
+                                        for m in _SPAN.finditer(prose)],
+            "formula": [_WORDS.sub(r"\\text{}", f) for f in _MATH.findall(_SPAN.sub("", prose))],
+            "link target": _TARGET.findall(prose)}
+
+
+def fidelity_problem(msgid: str, msgstr: str) -> str | None:
+    """Say what of the English a translation lost (None when it kept everything):
+    each code block, code span, formula and link target of ``msgid`` must appear in
+    ``msgstr``, and both must have the same number of headings."""
+    english, translated = _kept_parts(msgid), _kept_parts(msgstr)
+    for kind, parts in english.items():
+        missing = [part for part in dict.fromkeys(parts) if part not in translated[kind]]
+        if missing:
+            return f"the translation lost the {kind} {missing[0]!r}"
+    headings = len(_HEADING.findall(_FENCE.sub("", msgid)))
+    if len(_HEADING.findall(_FENCE.sub("", msgstr))) != headings:
+        return f"the translation must keep the English's {headings} heading(s)"
     return None
 
 
