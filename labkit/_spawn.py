@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from labkit import hardware
+from labkit.messages import _
 
 __all__ = ["RankContext", "RankSpec", "Rank", "RANK_ENV", "import_worker",
            "classify", "start_rank", "stop", "start_server", "stack_of",
@@ -196,10 +197,10 @@ def init_rank(spec: RankSpec, rank: int) -> RankContext:
     """Pin the threads and the device, join the store, bring the process group up."""
     device = spec.setup.device(rank)
     if device.type == "cuda" and torch.cuda.is_initialized():
-        raise RuntimeError(   # inherited from the process this rank was forked from
+        raise RuntimeError(_(   # inherited from the process this rank was forked from
             "CUDA was already initialised in this rank before it chose its GPU: the "
             "process it was forked from had used CUDA. Set "
-            "os.environ['LABKIT_START_METHOD'] = 'spawn' and launch again.")
+            "os.environ['LABKIT_START_METHOD'] = 'spawn' and launch again."))
     pin_device(device, spec.threads_per_rank)
     timeout = datetime.timedelta(seconds=spec.timeout)
     store = dist.TCPStore("127.0.0.1", spec.port, spec.setup.world_size,

@@ -97,6 +97,11 @@ def _i18n(args) -> int:
         print(f"{path}: {counts['entries']} entries ({counts['new']} new, "
               f"{counts['fuzzy']} fuzzy, {counts['untranslated']} untranslated, "
               f"{counts['obsolete']} obsolete)")
+    for lang in sorted({lang for lang, _stem, _path in i18n.catalogs(locale)}):
+        path = locale / lang / "LC_MESSAGES" / f"{i18n.RUNTIME_DOMAIN}.po"
+        counts = i18n.update_runtime(lang, path)
+        print(f"{path}: {counts['entries']} messages of labkit ({counts['new']} new, "
+              f"{counts['untranslated']} untranslated, {counts['obsolete']} obsolete)")
     print("Now translate or confirm the fuzzy and untranslated entries (Poedit), then "
           "run `labkit build-labs` (locale/README.md).")
     return 0

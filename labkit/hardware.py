@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from labkit.messages import _
+
 __all__ = [
     "Setup",
     "BACKENDS",
@@ -133,10 +135,8 @@ def _check_world_size(world_size) -> None:
         or isinstance(world_size, bool)
         or world_size < 1
     ):
-        raise ValueError(
-            f"world_size must be a positive integer (the number of ranks), "
-            f"got {world_size!r}."
-        )
+        raise ValueError(_("world_size must be a positive integer (the number of "
+                           "ranks), got {world_size!r}.").format(world_size=world_size))
 
 
 def choose(world_size: int = 1, backend: str = "auto", verbose: bool = True) -> Setup:
@@ -147,16 +147,15 @@ def choose(world_size: int = 1, backend: str = "auto", verbose: bool = True) -> 
     """
     _check_world_size(world_size)
     if backend not in BACKENDS:
-        raise ValueError(
-            f"Unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}."
-        )
+        raise ValueError(_("Unknown backend {backend!r}: choose one of {choices}.")
+                         .format(backend=backend, choices=", ".join(BACKENDS)))
     found = torch.cuda.device_count()
     have_nccl = dist.is_available() and dist.is_nccl_available()
     if backend == "nccl" and (found < world_size or not have_nccl):
         raise ValueError(_no_nccl_advice(world_size, found, have_nccl))
     if backend == "gloo":
         setup = Setup(
-            "gloo", "cpu", world_size, "gloo asked for: ranks are CPU processes"
+            "gloo", "cpu", world_size, _("gloo asked for: ranks are CPU processes")
         )
     else:
         setup = _auto(found, world_size, have_nccl)
@@ -168,49 +167,49 @@ def choose(world_size: int = 1, backend: str = "auto", verbose: bool = True) -> 
 def _no_nccl_advice(world_size: int, found: int, have_nccl: bool) -> str:
     """Say why NCCL cannot run ``world_size`` ranks here, and what to ask for instead."""
     if not have_nccl:
-        why, fix = "this PyTorch has no NCCL", ""
+        why = _("this PyTorch has no NCCL")
     elif found == 0:
-        why, fix = "this machine has no GPU PyTorch can see", ""
+        why = _("this machine has no GPU PyTorch can see")
     else:
-        why = f"{world_size} rank(s) asked, {found} GPU(s) found"
-        fix = f"Ask for world_size <= {found}, or "
-    use_gloo = "use backend='gloo' to run the ranks as CPU processes."
-    return (f"NCCL needs one GPU per rank: {why}. "
-            f"{fix}{use_gloo if fix else use_gloo[0].upper() + use_gloo[1:]}")
+        why = _("{world_size} rank(s) asked, {found} GPU(s) found").format(
+            world_size=world_size, found=found)
+        return _("NCCL needs one GPU per rank: {why}. Ask for world_size <= {found}, "
+                 "or use backend='gloo' to run the ranks as CPU processes.").format(
+                     why=why, found=found)
+    return _("NCCL needs one GPU per rank: {why}. Use backend='gloo' to run the ranks "
+             "as CPU processes.").format(why=why)
 
 
 def _auto(found: int, world_size: int, have_nccl: bool) -> Setup:
     """Pick NCCL with one GPU per rank when there are enough GPUs, else gloo on CPU."""
     if found >= world_size and have_nccl:
-        why = f"{found} GPU(s) found, {world_size} rank(s) wanted: one GPU per rank"
-        return Setup("nccl", "cuda", world_size, why + ", NCCL between them")
-    why = (
-        "this PyTorch has no NCCL"
-        if found and not have_nccl
-        else f"{found} GPU(s) found, {world_size} rank(s) wanted"
-    )
-    return Setup(
-        "gloo",
-        "cpu",
-        world_size,
-        f"{why}: ranks run as CPU processes with gloo (same code, "
-        "slower; the lab says where numbers differ from GPUs)",
-    )
+        why = _("{found} GPU(s) found, {world_size} rank(s) wanted: one GPU per rank, "
+                "NCCL between them").format(found=found, world_size=world_size)
+        return Setup("nccl", "cuda", world_size, why)
+    why = (_("this PyTorch has no NCCL") if found and not have_nccl
+           else _("{found} GPU(s) found, {world_size} rank(s) wanted").format(
+               found=found, world_size=world_size))
+    return Setup("gloo", "cpu", world_size,
+                 _("{why}: ranks run as CPU processes with gloo (same code, slower; the "
+                   "lab says where numbers differ from GPUs)").format(why=why))
 
 
 def _announce(setup: Setup, found: int) -> None:
     """Print the one line that says what was chosen and why."""
     if setup.world_size == 1:
-        where = ", using the first" if setup.device_type == "cuda" else ": one process"
-        print(
-            f"Device: {setup.device_type} - {found} GPU(s) found{where}"
-            " (multi-process labs print their backend when they start)"
-        )
+        where = _(", using the first") if setup.device_type == "cuda" else _(": one process")
+        print(_("Device: {device} - {found} GPU(s) found{where} (multi-process labs "
+                "print their backend when they start)").format(
+                    device=setup.device_type, found=found, where=where))
     else:
-        print(
-            f"Backend: {setup.backend} on {setup.device_type}, {setup.world_size} "
-            f"rank(s) - {setup.reason}"
-        )
+        print(backend_line(setup))
+
+
+def backend_line(setup: Setup) -> str:
+    """The line every multi-rank lab and launch prints: the backend, and why."""
+    return _("Backend: {backend} on {device}, {n} rank(s) - {reason}").format(
+        backend=setup.backend, device=setup.device_type, n=setup.world_size,
+        reason=setup.reason)
 
 
 def as_device(device) -> torch.device:
@@ -222,23 +221,22 @@ def as_device(device) -> torch.device:
     try:
         parsed = torch.device(device)
     except (RuntimeError, TypeError) as err:
-        raise ValueError(
-            f"Unknown device {device!r}: use 'cpu', 'cuda' or 'cuda:N'."
-        ) from err
+        raise ValueError(_("Unknown device {device!r}: use 'cpu', 'cuda' or 'cuda:N'.")
+                         .format(device=device)) from err
     found = torch.cuda.device_count()
     if parsed.type == "cuda" and (parsed.index or 0) >= found:
-        choices = "'cpu'" + (f" or 'cuda:0' to 'cuda:{found - 1}'" if found else "")
-        raise ValueError(
-            f"Device {device!r} asked for, but this machine has {found} GPU(s). "
-            f"Use {choices}; `labkit doctor` shows what PyTorch sees."
-        )
+        choices = "'cpu'" + (_(" or 'cuda:0' to 'cuda:{last}'").format(last=found - 1)
+                             if found else "")
+        raise ValueError(_("Device {device!r} asked for, but this machine has {found} "
+                           "GPU(s). Use {choices}; `labkit doctor` shows what PyTorch "
+                           "sees.").format(device=device, found=found, choices=choices))
     if parsed.type == "cpu" and parsed.index not in (None, 0):
-        raise ValueError(
-            f"{device!r} is not a second device: PyTorch puts every CPU "
-            "tensor on 'cpu'. For two CPU workers, launch two ranks."
-        )
+        raise ValueError(_("{device!r} is not a second device: PyTorch puts every CPU "
+                           "tensor on 'cpu'. For two CPU workers, launch two ranks.")
+                         .format(device=device))
     if parsed.type not in ("cpu", "cuda"):
-        raise ValueError(f"The labs run on 'cpu' or 'cuda', got {device!r}.")
+        raise ValueError(_("The labs run on 'cpu' or 'cuda', got {device!r}.").format(
+            device=device))
     return parsed
 
 
@@ -330,7 +328,7 @@ def report() -> list[tuple[str, str]]:
         ("Python", f"{platform.python_version()} ({sys.executable})"),
         ("Platform", platform.platform()),
         ("PyTorch", torch.__version__),
-        ("CUDA inside the torch wheel", torch.version.cuda or "none (CPU-only build)"),
+        ("CUDA inside the torch wheel", torch.version.cuda or _("none (CPU-only build)")),
         ("torch.cuda.is_available()", str(torch.cuda.is_available())),
         ("torch.cuda.device_count()", str(torch.cuda.device_count())),
         *_gpu_rows(),
@@ -339,13 +337,14 @@ def report() -> list[tuple[str, str]]:
             "nvcc (CUDA toolkit on PATH)",
             nvcc.splitlines()[-1]
             if nvcc
-            else "not on PATH (fine: the wheel brings CUDA)",
+            else _("not on PATH (fine: the wheel brings CUDA)"),
         ),
-        ("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", "(not set)")),
-        ("LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH", "(not set)")),
+        ("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", _("(not set)"))),
+        ("LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH", _("(not set)"))),
         ("gloo available", str(dist.is_available() and dist.is_gloo_available())),
         ("NCCL available", str(dist.is_available() and dist.is_nccl_available())),
-        ("CPU cores", f"{cpu_count()} usable of {os.cpu_count()}"),
+        ("CPU cores", _("{usable} usable of {all}").format(usable=cpu_count(),
+                                                            all=os.cpu_count())),
         ("RAM", _memory_gib()),
         ("/dev/shm", _shm_gib()),
     ]
@@ -360,9 +359,9 @@ def report() -> list[tuple[str, str]]:
 def print_report() -> Setup:
     """Print the environment report and the backend a 2-rank lab would choose."""
     rows = report()
-    width = max(len(label) for label, _ in rows)
+    width = max(len(label) for label, _value in rows)
     for label, value in rows:
         print(f"{label:<{width}}  {value}")
     world_size = max(2, torch.cuda.device_count())
-    print(f"\nA {world_size}-rank lab on this machine:")
+    print("\n" + _("A {n}-rank lab on this machine:").format(n=world_size))
     return choose(world_size)

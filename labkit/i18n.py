@@ -28,6 +28,7 @@ from pathlib import Path
 import nbformat
 
 from labkit import lab_time
+from labkit.messages import language   # noqa: F401  (re-exported: labkit.i18n.language)
 
 __all__ = ["TIME_TOKEN", "Problem", "catalogs", "update", "translate", "fidelity_problem",
            "build_translations", "status", "language"]
@@ -60,7 +61,9 @@ class Problem:
     what: str
 
     def __str__(self) -> str:
-        return (f"{self.catalog}: {self.notebook} cell {self.cell}: {self.what}. "
+        where = (f"{self.notebook} cell {self.cell}" if self.notebook.endswith(".ipynb")
+                 else f"{self.notebook}: {self.cell}")
+        return (f"{self.catalog}: {where}: {self.what}. "
                 f"Refresh the catalogs ({REFRESH}), translate or confirm the entry "
                 "(Poedit), then `labkit build-labs` (locale/README.md).")
 
@@ -300,6 +303,7 @@ def build_translations(english: dict, solutions_dir, labs_dir, check: bool) -> l
         changed.append(orphan)
         if not check:
             orphan.unlink()
+    problems += _runtime_catalog_problems(solutions_dir.parent / LOCALE)
     if check:
         return changed + problems
     for problem in problems:
@@ -324,16 +328,100 @@ def status(locale_dir) -> list[dict]:
     return rows
 
 
-def language(environ=None, cwd=None) -> str:
-    """Return the language labkit speaks: $LABKIT_LANG, else the notebook's folder
-    (a kernel started for labs/zh_CN/04.ipynb: ``zh_CN``), else ``en``."""
-    environ = os.environ if environ is None else environ
-    chosen = environ.get("LABKIT_LANG", "").strip()
-    if chosen:
-        return chosen.split(".")[0].replace("-", "_")
-    session = environ.get("JPY_SESSION_NAME")   # the notebook's path, set by Jupyter
-    for folder in ([Path(session).parent.name] if session else []) + [
-            Path(cwd if cwd is not None else os.getcwd()).name]:
-        if _LANG.match(folder):
-            return folder
-    return "en"
+# labkit's own messages (labkit/messages.py): one catalog per language, keyed by the
+# English template itself (no msgctxt), refreshed from the sources by Babel's extractor.
+
+def update_runtime(lang: str, po_path=None) -> dict:
+    """Merge labkit's marked messages into the ``lang`` catalog; return counts.
+
+    A new message gets an untranslated entry; a message no longer in the sources goes
+    obsolete (kept for reuse); each entry names the files that use it.
+    """
+    import polib
+
+    from labkit import messages
+
+    po_path = Path(po_path or messages.catalog_path(lang))
+    po = polib.pofile(str(po_path)) if po_path.exists() else _new_catalog(lang, "labkit")
+    if not po_path.exists():
+        po.header = (f"{lang} translation of labkit's messages (labkit/messages.py). "
+                     "Refresh with `labkit i18n update`; see locale/README.md.")
+        po.metadata["Project-Id-Version"] = "multi-gpu-course labkit"
+    where: dict[str, list[str]] = {}
+    for message, filename, _line in messages.messages_in_sources():
+        files = where.setdefault(message, [])
+        if filename not in files:
+            files.append(filename)
+    by_id = {entry.msgid: entry for entry in po}
+    entries, new = [], 0
+    for message, files in where.items():
+        entry = by_id.pop(message, None)
+        if entry is None:
+            entry, new = polib.POEntry(msgid=message, msgstr=""), new + 1
+        entry.obsolete = False
+        entry.occurrences = [(f"labkit/{name}", "") for name in sorted(files)]
+        entry.flags = ["python-brace-format"] + [f for f in entry.flags
+                                                 if f == "fuzzy"]
+        entries.append(entry)
+    live = len(entries)
+    for entry in by_id.values():
+        if entry.msgstr:
+            entry.obsolete = True
+            entries.append(entry)
+    po[:] = entries
+    text = str(po)
+    if not po_path.exists() or po_path.read_text(encoding="utf-8") != text:
+        po_path.parent.mkdir(parents=True, exist_ok=True)
+        po_path.write_text(text, encoding="utf-8")
+    return {"entries": live, "new": new, "fuzzy": sum(e.fuzzy for e in entries[:live]),
+            "untranslated": sum(not e.msgstr.strip() for e in entries[:live]),
+            "obsolete": len(entries) - live}
+
+
+def runtime_problems(lang: str, po_path=None) -> list[Problem]:
+    """Say which of labkit's messages the ``lang`` catalog does not translate."""
+    import polib
+
+    from labkit import messages
+
+    po_path = Path(po_path or messages.catalog_path(lang))
+    if not po_path.exists():
+        return [Problem(po_path, "labkit's messages", "-", "no catalog (`labkit i18n "
+                        "update` creates it)")]
+    entries = {e.msgid: e for e in polib.pofile(str(po_path)) if not e.obsolete}
+    problems = []
+    for message in dict.fromkeys(m for m, _f, _l in messages.messages_in_sources()):
+        entry = entries.get(message)
+        why = ("no entry (a new message)" if entry is None else
+               "the entry is fuzzy" if entry.fuzzy else
+               "the entry is untranslated" if not entry.msgstr.strip() else
+               _fields_problem(message, entry.msgstr))
+        if why:
+            problems.append(Problem(po_path, "labkit's messages", repr(message[:60]), why))
+    return problems
+
+
+def _runtime_catalog_problems(locale_dir: Path) -> list[Problem]:
+    """The runtime catalogs' problems, for each language of the edition: required in
+    the checkout's own locale/ (the one labkit speaks from), checked where present."""
+    from labkit import messages
+
+    own = Path(locale_dir).resolve() == messages.CATALOGS
+    problems = []
+    for lang in sorted({lang for lang, _stem, _path in catalogs(locale_dir)}):
+        path = Path(locale_dir) / lang / "LC_MESSAGES" / f"{RUNTIME_DOMAIN}.po"
+        if own or path.exists():
+            problems += runtime_problems(lang, path)
+    return problems
+
+
+_FIELD = re.compile(r"(?<!\{)\{([A-Za-z_][A-Za-z0-9_]*)[^{}]*\}")
+
+
+def _fields_problem(english: str, translated: str) -> str | None:
+    """A translated template must use the English one's {fields}, no others."""
+    want, got = set(_FIELD.findall(english)), set(_FIELD.findall(translated))
+    if want != got:
+        return (f"the translation's fields {sorted(got)} differ from the English's "
+                f"{sorted(want)}")
+    return None

@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from labkit import _spawn, hardware
 from labkit._spawn import RankContext
+from labkit.messages import N_, _
 
 __all__ = ["RankContext", "LaunchError", "WorkerError", "CollectiveTimeout",
            "DeadlineExceeded", "run", "init_from_env", "warm_up"]
@@ -71,7 +72,7 @@ class DeadlineExceeded(LaunchError):
 
 # ---------------------------------------------------------------- pre-flight checks
 
-_MAIN_ADVICE = (
+_MAIN_ADVICE = N_(   # translated where used: _(_MAIN_ADVICE).format(name=...)
     "Worker {name!r} is defined in the notebook (module __main__). Each rank is a "
     "fresh Python process that cannot see notebook cells, so it could not find it "
     "(the raw error would be: AttributeError: Can't get attribute {name!r} on "
@@ -85,29 +86,33 @@ def _check_worker(worker) -> None:
     name = getattr(worker, "__qualname__", repr(worker))
     module = getattr(worker, "__module__", None)
     if not callable(worker) or module is None:
-        raise LaunchError(
-            f"worker must be a function defined in a module, got {worker!r}.")
+        raise LaunchError(_("worker must be a function defined in a module, got "
+                            "{worker!r}.").format(worker=worker))
     if module in ("__main__", "__mp_main__"):
-        raise LaunchError(_MAIN_ADVICE.format(name=name))
+        raise LaunchError(_(_MAIN_ADVICE).format(name=name))
     if "<" in name:
-        raise LaunchError(
-            f"Worker {name!r} is a lambda or is defined inside another function: ranks "
-            "can only import functions defined at the top level of a module.")
+        raise LaunchError(_(
+            "Worker {name!r} is a lambda or is defined inside another function: ranks "
+            "can only import functions defined at the top level of a module.").format(
+                name=name))
     try:
         found = _spawn.import_worker(module, name)
     except (ImportError, AttributeError) as err:
-        raise LaunchError(
-            f"Ranks could not import worker {module}.{name}: {err}. Is the module's "
-            "folder on sys.path (the notebook's folder is)?") from err
+        raise LaunchError(_(
+            "Ranks could not import worker {module}.{name}: {err}. Is the module's "
+            "folder on sys.path (the notebook's folder is)?").format(
+                module=module, name=name, err=err)) from err
     if found is not worker:
-        raise LaunchError(f"{module}.{name} is not the function passed (the module was "
-                          "edited or reloaded): import it again and pass the new one.")
+        raise LaunchError(_("{module}.{name} is not the function passed (the module was "
+                            "edited or reloaded): import it again and pass the new "
+                            "one.").format(module=module, name=name))
 
 
 def _check_positive(name: str, value, kind=(int, float)) -> None:
     """Refuse a size or duration that is not a positive number."""
     if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
-        raise ValueError(f"{name} must be a positive number, got {value!r}.")
+        raise ValueError(_("{name} must be a positive number, got {value!r}.").format(
+            name=name, value=value))
 
 
 def _pickle_args(args: tuple) -> bytes:
@@ -115,9 +120,9 @@ def _pickle_args(args: tuple) -> bytes:
     try:
         return pickle.dumps(tuple(args))
     except Exception as err:  # pickle raises several types (PicklingError, TypeError)
-        raise LaunchError(
-            f"The worker's args cannot be sent to the ranks ({err}): pass tensors, "
-            "numbers, strings and containers of them.") from err
+        raise LaunchError(_(
+            "The worker's args cannot be sent to the ranks ({err}): pass tensors, "
+            "numbers, strings and containers of them.").format(err=err)) from err
 
 
 def _check_capacity(setup: hardware.Setup, threads_per_rank: int,
@@ -132,24 +137,26 @@ def _check_capacity(setup: hardware.Setup, threads_per_rank: int,
     if allow_oversubscription:
         return
     cores, ranks = hardware.cpu_count(), setup.world_size
-    override = "pass allow_oversubscription=True to launch.run if you really mean it"
+    override = _("pass allow_oversubscription=True to launch.run if you really mean it")
     if ranks * threads_per_rank > RANKS_PER_CORE * cores:
-        raise LaunchError(
-            f"{ranks} {setup.device_type.upper()} rank(s) x {threads_per_rank} CPU "
-            f"thread(s) on {cores} usable "
-            f"core(s) is over the limit of {RANKS_PER_CORE * cores} threads "
-            f"({RANKS_PER_CORE} per core) that keeps this machine usable for everyone "
-            f"on it. Use world_size <= {RANKS_PER_CORE * cores // threads_per_rank}, "
-            f"or {override}.")
+        raise LaunchError(_(
+            "{ranks} {device} rank(s) x {threads} CPU thread(s) on {cores} usable "
+            "core(s) is over the limit of {limit} threads ({per_core} per core) that "
+            "keeps this machine usable for everyone on it. Use world_size <= {most}, "
+            "or {override}.").format(
+                ranks=ranks, device=setup.device_type.upper(), threads=threads_per_rank,
+                cores=cores, limit=RANKS_PER_CORE * cores, per_core=RANKS_PER_CORE,
+                most=RANKS_PER_CORE * cores // threads_per_rank, override=override))
     available = hardware.memory_available_bytes()
     need = ranks * RANK_MEMORY_BYTES
     if available is not None and need > available:
-        raise LaunchError(
-            f"{ranks} rank(s) need about {need / 2**30:.1f} GiB "
-            f"({RANK_MEMORY_BYTES / 2**30:.1f} GiB each: torch, the data, the model), "
-            f"but only {available / 2**30:.1f} GiB of memory is available now. Use "
-            f"world_size <= {max(1, available // RANK_MEMORY_BYTES)}, close other "
-            f"notebooks, or {override}.")
+        raise LaunchError(_(
+            "{ranks} rank(s) need about {need:.1f} GiB ({each:.1f} GiB each: torch, the "
+            "data, the model), but only {available:.1f} GiB of memory is available now. "
+            "Use world_size <= {most}, close other notebooks, or {override}.").format(
+                ranks=ranks, need=need / 2**30, each=RANK_MEMORY_BYTES / 2**30,
+                available=available / 2**30,
+                most=max(1, available // RANK_MEMORY_BYTES), override=override))
 
 
 # ---------------------------------------------------------------- reading the ranks
@@ -163,16 +170,16 @@ def _receive(rank: _spawn.Rank, index: int):
             pass   # the pipe closed: the rank died while sending
     rank.process.join(1.0)
     code = rank.process.exitcode
-    why = {-signal.SIGKILL: " (killed: out of memory?)",
-           -signal.SIGABRT: " (aborted by the backend: NCCL's watchdog aborts a rank "
-                            "whose collective waited past the timeout; gloo aborts on a "
-                            "message whose size does not match the receive buffer)"
+    why = {-signal.SIGKILL: _(" (killed: out of memory?)"),
+           -signal.SIGABRT: _(" (aborted by the backend: NCCL's watchdog aborts a rank "
+                              "whose collective waited past the timeout; gloo aborts on "
+                              "a message whose size does not match the receive buffer)")
            }.get(code, "")
-    raise LaunchError(
-        f"Rank {index} exited with code {code}{why} before returning a result; the "
+    raise LaunchError(_(
+        "Rank {index} exited with code {code}{why} before returning a result; the "
         "other ranks were stopped. Its own error went to its stderr. Launching from a "
         "script? Ranks re-import it: put the launch under "
-        "`if __name__ == '__main__':`.")
+        "`if __name__ == '__main__':`.").format(index=index, code=code, why=why))
 
 
 def _rank_error(index: int, kind: str, text: str, finished: list[int],
@@ -184,34 +191,37 @@ def _rank_error(index: int, kind: str, text: str, finished: list[int],
     """
     if kind == "timeout":
         others = [r for r in range(world_size) if r not in finished and r != index]
-        return CollectiveTimeout(
-            f"Rank {index} waited more than {timeout:g} s in a collective (finished "
-            f"ranks: {finished or 'none'}, others still running: {others or 'none'}). "
-            "Every rank must call the same collectives in the same order, on tensors "
-            f"of the same shape. All ranks were stopped. Traceback of rank {index}:\n"
-            f"{text}",
+        return CollectiveTimeout(_(
+            "Rank {index} waited more than {timeout:g} s in a collective (finished "
+            "ranks: {finished}, others still running: {others}). Every rank must call "
+            "the same collectives in the same order, on tensors of the same shape. All "
+            "ranks were stopped. Traceback of rank {index}:\n{text}").format(
+                index=index, timeout=timeout, finished=finished or _("none"),
+                others=others or _("none"), text=text),
             [r for r in range(world_size) if r not in finished])
     last = text.strip().splitlines()[-1]
     hint = ""
     if "__mp_main__" in text or "<module '__main__'" in text:
-        hint = (" (something passed to or returned from the worker is defined in the "
-                "notebook: move it into a module too)")
+        hint = _(" (something passed to or returned from the worker is defined in the "
+                 "notebook: move it into a module too)")
     elif "Cannot re-initialize CUDA in forked subprocess" in text:
-        hint = (" (the process the ranks were forked from had initialised CUDA: set "
-                "os.environ['LABKIT_START_METHOD'] = 'spawn' and launch again)")
-    return WorkerError(f"Rank {index} raised {last}{hint}. The other ranks were "
-                       f"stopped. Traceback of rank {index}:\n{text}", index, text)
+        hint = _(" (the process the ranks were forked from had initialised CUDA: set "
+                 "os.environ['LABKIT_START_METHOD'] = 'spawn' and launch again)")
+    return WorkerError(_("Rank {index} raised {last}{hint}. The other ranks were "
+                         "stopped. Traceback of rank {index}:\n{text}").format(
+                             index=index, last=last, hint=hint, text=text), index, text)
 
 
 def _hang_error(finished: list[int], world_size: int,
                 waited: float) -> CollectiveTimeout:
     """Say which ranks did not finish while others had (the parent's watchdog)."""
     stuck = [r for r in range(world_size) if r not in finished]
-    return CollectiveTimeout(
-        f"Rank(s) {stuck} did not finish within {waited:g} s after rank(s) {finished} "
+    return CollectiveTimeout(_(
+        "Rank(s) {stuck} did not finish within {waited:g} s after rank(s) {finished} "
         "finished: most likely they wait in a collective the finished ranks never "
         "called (or they are stuck in a loop). All ranks were stopped. If a rank "
-        "really works that much longer than the others, pass a larger timeout=.", stuck)
+        "really works that much longer than the others, pass a larger timeout=.").format(
+            stuck=stuck, waited=waited, finished=finished), stuck)
 
 
 def _dead_peer(ranks: list[_spawn.Rank], pending: list[int], index: int):
@@ -235,7 +245,7 @@ def _worker_frames(dump: str) -> list[str]:
     """
     for block in dump.split("\n\n"):
         frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', block)
-        if any(name == "rank_main" for *_, name in frames):
+        if any(name == "rank_main" for *_frame, name in frames):
             return [f"{os.path.basename(path)}:{line} in {name}"
                     for path, line, name in frames
                     if name != "rank_main" and not path.endswith("_spawn.py")]
@@ -246,15 +256,16 @@ def _where(rank: _spawn.Rank) -> str:
     """Say where a running rank is: its innermost frame, and its worker's frames."""
     frames = _worker_frames(_spawn.stack_of(rank))
     if not frames:
-        return "(no stack: starting, or not in Python code)"
+        return _("(no stack: starting, or not in Python code)")
     return " <- ".join(frames[:4]) + (" <- ..." if len(frames) > 4 else "")
 
 
 def _progress_line(ranks: list[_spawn.Rank], results: dict, seconds: float) -> str:
     """One line per rank: finished, or running and where (for the periodic report)."""
-    lines = [f"[launch] still running after {seconds:.0f} s:"]
+    lines = [_("[launch] still running after {seconds:.0f} s:").format(seconds=seconds)]
     for index, rank in enumerate(ranks):
-        state = "finished" if index in results else f"running, at {_where(rank)}"
+        state = (_("finished") if index in results
+                 else _("running, at {where}").format(where=_where(rank)))
         lines.append(f"  rank {index}: {state}")
     return "\n".join(lines)
 
@@ -263,13 +274,15 @@ def _deadline_error(ranks: list[_spawn.Rank], results: dict,
                     deadline: float) -> DeadlineExceeded:
     """Name the unfinished ranks and where each one is, at the overall deadline."""
     stuck = [i for i in range(len(ranks)) if i not in results]
-    where = "\n".join(f"  rank {i}: at {_where(ranks[i])}" for i in stuck)
-    return DeadlineExceeded(
-        f"The launch ran past its deadline of {deadline:g} s; rank(s) {stuck} had not "
-        f"finished (finished: {sorted(results) or 'none'}). Where each one was:\n"
-        f"{where}\nA loop that never ends, or a rank waiting on something no other "
-        "rank sends, looks like this. All ranks were stopped. If the work really "
-        "takes longer, pass a larger deadline=.", stuck)
+    where = "\n".join(f"  rank {i}: " + _("at {where}").format(where=_where(ranks[i]))
+                      for i in stuck)
+    return DeadlineExceeded(_(
+        "The launch ran past its deadline of {deadline:g} s; rank(s) {stuck} had not "
+        "finished (finished: {finished}). Where each one was:\n{where}\nA loop that "
+        "never ends, or a rank waiting on something no other rank sends, looks like "
+        "this. All ranks were stopped. If the work really takes longer, pass a larger "
+        "deadline=.").format(deadline=deadline, stuck=stuck,
+                             finished=sorted(results) or _("none"), where=where), stuck)
 
 
 # ---------------------------------------------------------------- the launch
@@ -323,14 +336,14 @@ def _choose(world_size: int, backend: str) -> hardware.Setup:
     ranks; a lab that compares them passes its one backend (``setup.backend``).
     """
     setup = hardware.choose(world_size, backend, verbose=False)   # raises if impossible
-    print(f"Backend: {setup.backend} on {setup.device_type}, {world_size} rank(s) - "
-          f"{setup.reason}")
+    print(hardware.backend_line(setup))
     lab = hardware.lab_setup()
     if backend == "auto" and lab is not None and lab.backend != setup.backend:
-        print(f"Note: this lab set up {lab.backend} on {lab.device_type} "
-              f"({lab.world_size} rank(s)), but this {world_size}-rank job chose "
-              f"{setup.backend} by its size. Jobs whose numbers are compared should "
-              "share one backend: pass backend=setup.backend.")
+        print(_("Note: this lab set up {lab_backend} on {lab_device} ({lab_n} rank(s)), "
+                "but this {n}-rank job chose {backend} by its size. Jobs whose numbers "
+                "are compared should share one backend: pass backend=setup.backend.")
+              .format(lab_backend=lab.backend, lab_device=lab.device_type,
+                      lab_n=lab.world_size, n=world_size, backend=setup.backend))
     return setup
 
 
@@ -363,22 +376,31 @@ def run(worker, world_size: int = 2, args: tuple = (), backend: str = "auto",
                           timeout=datetime.timedelta(seconds=timeout))
     name = f"{worker.__module__}.{worker.__qualname__}"
     hardware.record_choice("launch", setup, name)
-    print(f"Launching {world_size} rank(s) of {name} ({setup.backend}, rendezvous on "
-          f"127.0.0.1:{store.port})")
+    print(_("Launching {n} rank(s) of {name} ({backend}, rendezvous on "
+            "127.0.0.1:{port})").format(n=world_size, name=name, backend=setup.backend,
+                                        port=store.port))
     start, ranks, results = time.perf_counter(), [], None
     with tempfile.TemporaryDirectory(prefix="labkit-launch-") as stack_folder:
         spec = _spawn.RankSpec(worker.__module__, worker.__qualname__, payload, setup,
                                store.port, float(timeout), threads_per_rank,
-                               dict(os.environ), stack_folder)
+                               _rank_environment(), stack_folder)
         try:
             for rank in range(world_size):
                 ranks.append(_spawn.start_rank(spec, rank))
             results = _collect(ranks, timeout, deadline, report_every)
         finally:   # also on KeyboardInterrupt: no rank outlives the call
             _spawn.stop(ranks, finished=results is not None)
-    print(f"{world_size} rank(s) of {name} finished in "
-          f"{time.perf_counter() - start:.1f} s")
+    print(_("{n} rank(s) of {name} finished in {seconds:.1f} s").format(
+        n=world_size, name=name, seconds=time.perf_counter() - start))
     return results
+
+
+def _rank_environment() -> dict:
+    """The ranks' environment: this process's, with the learner's language fixed in it
+    (a rank started from labs/zh_CN/ speaks Chinese wherever its working folder is)."""
+    from labkit.messages import language
+
+    return {**os.environ, "LABKIT_LANG": language()}
 
 
 def warm_up() -> None:
@@ -392,10 +414,10 @@ def warm_up() -> None:
 def _env_int(name: str) -> int:
     """Read an integer that torchrun sets, with advice when it is missing."""
     if name not in os.environ:
-        raise LaunchError(
-            f"Environment variable {name} is not set: start this script with torchrun "
+        raise LaunchError(_(
+            "Environment variable {name} is not set: start this script with torchrun "
             "(e.g. `torchrun --nproc-per-node=2 script.py`), or call "
-            "launch.run(worker, world_size) from a notebook.")
+            "launch.run(worker, world_size) from a notebook.").format(name=name))
     return int(os.environ[name])
 
 

@@ -6,6 +6,8 @@ steps so CI runs every notebook in seconds; learners get full mode.
 
 import os
 
+from labkit.messages import _
+
 __all__ = ["QUICK_ENV", "is_quick", "pick", "describe", "begin"]
 
 QUICK_ENV = "LABKIT_QUICK"
@@ -24,14 +26,10 @@ def pick(full, quick):
 def describe() -> str:
     """Say which mode is on and how to switch."""
     if is_quick():
-        return (
-            f"Mode: QUICK ({QUICK_ENV}=1): small subsets and few steps, "
-            "numbers are only indicative. Unset it for the full lab."
-        )
-    return (
-        f"Mode: FULL: the real data and step counts. "
-        f"Set {QUICK_ENV}=1 for a fast smoke run."
-    )
+        return _("Mode: QUICK ({env}=1): small subsets and few steps, numbers are "
+                 "only indicative. Unset it for the full lab.").format(env=QUICK_ENV)
+    return _("Mode: FULL: the real data and step counts. Set {env}=1 for a fast smoke "
+             "run.").format(env=QUICK_ENV)
 
 
 def begin(world_size: int = 1, backend: str = "auto", mnist: bool = False):
@@ -54,11 +52,12 @@ def begin(world_size: int = 1, backend: str = "auto", mnist: bool = False):
     if mnist:
         from labkit import data
 
-        print(f"MNIST ready in {data.prepare() / 'MNIST' / 'raw'} (MD5-checked)")
-    print(
-        f"PyTorch {torch.__version__} (built for CUDA {torch.version.cuda or 'none'})"
-        f", {hardware.cpu_count()} CPU core(s) available"
-    )
+        print(_("MNIST ready in {folder} (MD5-checked)").format(
+            folder=data.prepare() / "MNIST" / "raw"))
+    print(_("PyTorch {version} (built for CUDA {cuda}), {cores} CPU core(s) "
+            "available").format(version=torch.__version__,
+                                cuda=torch.version.cuda or _("none"),
+                                cores=hardware.cpu_count()))
     setup = hardware.choose(world_size, backend)
     hardware.remember_lab(setup)
     hardware.record_choice("begin", setup)

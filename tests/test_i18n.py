@@ -36,8 +36,10 @@ def _notebook(*markdown: str) -> nbformat.NotebookNode:
 
 def _translate_all(po_path: Path, prefix: str = "中文 ") -> None:
     po = polib.pofile(str(po_path))
-    for entry in po:
-        entry.msgstr = prefix + entry.msgid
+    for entry in po:   # a heading stays a heading: "# 中文 Lab 99 ..."
+        heading = re.match(r"#+ ", entry.msgid)
+        cut = heading.end() if heading else 0
+        entry.msgstr = entry.msgid[:cut] + prefix + entry.msgid[cut:]
         entry.flags = [f for f in entry.flags if f != "fuzzy"]
         entry.previous_msgid = None
     po.save()
@@ -91,7 +93,7 @@ def test_catalog_round_trip(tmp_path):
     zh, problems = i18n.translate(nb, polib.pofile(str(po_path)), "zh_CN", po_path)
     assert problems == []
     assert zh.cells[1].source == "中文 Text with `code` and $x^2$."
-    assert zh.cells[0].source.startswith("中文 # Lab 99")
+    assert zh.cells[0].source.startswith("# 中文 Lab 99")
     assert i18n.time_sentence(nb, "zh_CN") in zh.cells[0].source
     assert [c.source for c in zh.cells[2:]] == [c.source for c in nb.cells[2:]]
     assert [c.id for c in zh.cells] == [c.id for c in nb.cells]
@@ -365,3 +367,134 @@ def test_pytest_collects_the_translated_solutions():
         assert node in done.stdout, done.stdout[-2000:]
         assert (course.hardware_needs(ROOT / "solutions" / lang / f"{stem}.ipynb")
                 == course.hardware_needs(ROOT / "solutions" / f"{stem}.ipynb"))
+
+
+# ---------------------------------------------------------------- labkit's messages
+
+# The modules whose every learner-facing sentence goes through labkit.messages._:
+# begin() and the mode line, the backend choice and the environment report, the
+# launcher's reports and errors, and what every check says when it passes, when its
+# stub is still there and when the learner is stuck.
+SPEAK_THE_LEARNERS_LANGUAGE = ["mode.py", "hardware.py", "launch.py", "_spawn.py",
+                               "checks/_core.py", "checks/_reference.py"]
+_SAYS = {"print", "passed", "ExerciseFailed", "LaunchError", "WorkerError",
+         "CollectiveTimeout", "DeadlineExceeded", "ValueError", "TypeError", "KeyError",
+         "RuntimeError"}
+
+
+def _english_literal(node) -> bool:
+    """Is this argument English text written in place (a literal, an f-string or a
+    sum of them) rather than a template passed through _()?"""
+    import ast
+
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return any(c.isalpha() for c in node.value)
+    if isinstance(node, ast.JoinedStr):
+        return any(isinstance(v, ast.Constant) and any(c.isalpha() for c in v.value)
+                   for v in node.values)
+    if isinstance(node, ast.BinOp):
+        return _english_literal(node.left) or _english_literal(node.right)
+    return False
+
+
+def untranslatable_messages(path: Path) -> list[str]:
+    """Every print/raise/check message in ``path`` whose text is not translatable."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(node.func, "id", getattr(node.func, "attr", None))
+        if name in _SAYS and node.args and _english_literal(node.args[0]):
+            found.append(f"{path.name}:{node.lineno}: {ast.unparse(node.args[0])[:80]}")
+    return found
+
+
+def test_the_scan_finds_a_message_not_marked_for_translation(tmp_path):
+    """Does the scan flag an f-string given to ExerciseFailed, and pass a template?"""
+    module = tmp_path / "m.py"
+    module.write_text('raise ExerciseFailed(f"rank {r} failed")\n'
+                      'raise ExerciseFailed(_("rank {r} failed").format(r=r))\n'
+                      'print(message)\n')
+    assert untranslatable_messages(module) == ["m.py:1: f'rank {r} failed'"]
+
+
+@pytest.mark.parametrize("module", SPEAK_THE_LEARNERS_LANGUAGE)
+def test_every_message_of_the_module_is_translatable(module):
+    """Does every sentence the module says to the learner go through _()?"""
+    assert untranslatable_messages(ROOT / "labkit" / module) == []
+
+
+def test_every_message_of_labkit_is_translated():
+    """Does each language's catalog of labkit's messages translate every marked one,
+    with the same {fields}?"""
+    langs = sorted({lang for lang, _stem, _path in CATALOGS})
+    assert langs, "no translation in locale/"
+    for lang in langs:
+        assert i18n.runtime_problems(lang) == [], lang
+
+
+def test_a_changed_message_is_a_problem(tmp_path):
+    """A catalog missing a marked message, or whose translation lost a field, fails."""
+    from labkit import messages
+
+    po_path = tmp_path / "labkit.po"
+    shutil.copy(messages.catalog_path("zh_CN"), po_path)
+    po = polib.pofile(str(po_path))
+    template = "Backend: {backend} on {device}, {n} rank(s) - {reason}"
+    entry = po.find(template)
+    entry.msgstr = "后端：{backend}，{n} 个 rank - {reason}"      # lost {device}
+    po.remove(po.find("Launching {n} rank(s) of {name} ({backend}, rendezvous on "
+                      "127.0.0.1:{port})"))
+    po.save()
+    problems = [str(p) for p in i18n.runtime_problems("zh_CN", po_path)]
+    assert len(problems) == 2, problems
+    assert "no entry (a new message)" in problems[0] + problems[1]
+    assert "fields" in problems[0] + problems[1]
+
+
+def test_a_chinese_notebook_hears_chinese(monkeypatch, capsys):
+    """In labs/zh_CN/, do begin()'s lines, a check's verdicts and the launcher speak
+    Chinese, and stay English elsewhere?"""
+    from labkit import checks, mode
+    from labkit.checks import _core
+
+    monkeypatch.setenv("LABKIT_LANG", "zh_CN")
+    assert mode.describe().startswith("模式：快速")
+    _core.passed("Exercise 0.1", "3/3")
+    assert capsys.readouterr().out.strip() == "✅ Exercise 0.1：通过。3/3"
+    with pytest.raises(checks.ExerciseFailed, match="尚未完成"):
+        _core.attempt("Exercise 0.1", _stub)
+    from labkit import hardware
+
+    assert "个 rank" in hardware.backend_line(hardware.choose(2, "gloo", verbose=False))
+    monkeypatch.setenv("LABKIT_LANG", "en")
+    assert mode.describe().startswith("Mode: QUICK")
+
+
+def _stub():
+    raise NotImplementedError()
+
+
+def test_ranks_speak_the_notebooks_language(monkeypatch):
+    """Does a launch from a Chinese notebook give its ranks the language, so an error
+    the launcher reports is Chinese?"""
+    from labkit import launch
+
+    monkeypatch.setenv("LABKIT_LANG", "zh_CN")
+    results = launch.run(_language_of_rank, world_size=2, backend="gloo", timeout=30)
+    assert results == ["zh_CN", "zh_CN"]
+    with pytest.raises(launch.WorkerError, match="Rank 1 抛出了 ValueError: rank one"):
+        launch.run(_language_of_rank, world_size=2, args=(True,), backend="gloo",
+                   timeout=30)
+    with pytest.raises(ValueError, match="必须是正数"):
+        launch.run(_language_of_rank, world_size=2, backend="gloo", timeout=-1)
+
+
+def _language_of_rank(ctx, fail_on_rank_one=False):
+    from labkit.messages import language
+
+    if fail_on_rank_one and ctx.rank == 1:
+        raise ValueError("rank one fails")
+    return language()

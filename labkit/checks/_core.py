@@ -2,10 +2,12 @@
 
 import math
 
+from labkit.messages import N_, _
+
 __all__ = ["ExerciseFailed", "attempt", "passed", "expect_close"]
 
 
-NOT_DONE = "not done yet"
+NOT_DONE = N_("not done yet")   # what every "the stub is still there" hint says
 
 
 class ExerciseFailed(AssertionError):
@@ -16,13 +18,14 @@ class ExerciseFailed(AssertionError):
     """
 
     def __init__(self, message: str = ""):
-        if NOT_DONE in message and "use_reference" not in message:
+        if (NOT_DONE in message or _(NOT_DONE) in message) and "use_reference" not in message:
             from labkit.checks._reference import reference_line
 
             line = reference_line()
             if line:
-                message = (f"{message.rstrip()}\nStuck? Go on with labkit's reference "
-                           f"solution instead: {line}")
+                message = message.rstrip() + "\n" + _(
+                    "Stuck? Go on with labkit's reference solution instead: {line}"
+                ).format(line=line)
         super().__init__(message)
 
 
@@ -31,16 +34,16 @@ def attempt(exercise: str, fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except NotImplementedError:
-        raise ExerciseFailed(
-            f"{exercise}: not done yet. Replace "
-            "`raise NotImplementedError()` with your code and re-run "
-            "the cell, then this one."
+        raise ExerciseFailed(_(
+            "{exercise}: not done yet. Replace `raise NotImplementedError()` with your "
+            "code and re-run the cell, then this one.").format(exercise=exercise)
         ) from None
 
 
 def passed(exercise: str, detail: str = "") -> None:
     """Print the success line."""
-    print(f"✅ {exercise}: passed. {detail}".rstrip())
+    print(_("✅ {exercise}: passed. {detail}").format(exercise=exercise,
+                                                     detail=detail).rstrip())
 
 
 def expect_close(
@@ -50,6 +53,6 @@ def expect_close(
     if not isinstance(got, (int, float)) or not math.isclose(
         got, want, rel_tol=rel, abs_tol=1e-12
     ):
-        raise ExerciseFailed(
-            f"{exercise}: for {case} expected {want:.6g}, got {got!r}. {hint}".rstrip()
-        )
+        raise ExerciseFailed(_("{exercise}: for {case} expected {want:.6g}, got {got!r}. "
+                               "{hint}").format(exercise=exercise, case=case, want=want,
+                                                got=got, hint=hint).rstrip())

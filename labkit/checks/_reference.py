@@ -22,6 +22,8 @@ import json
 import sys
 from pathlib import Path
 
+from labkit.messages import _
+
 __all__ = ["use_reference", "reference_line", "exercise_for"]
 
 _FOLDER = Path(__file__).resolve().parents[1] / "references"
@@ -78,7 +80,8 @@ def use_reference(key: str) -> None:
     ex = exercise_for(key=key)
     if ex is None:
         known = ", ".join(repr(e["key"]) for e in _all_exercises())
-        raise KeyError(f"labkit has no reference named {key!r}. Known: {known}.")
+        raise KeyError(_("labkit has no reference named {key!r}. Known: {known}.")
+                       .format(key=key, known=known))
     lab = ex["notebook"].removesuffix(".ipynb")
     title = ex["title"] or key
     if ex["kind"] == "file":
@@ -87,14 +90,16 @@ def use_reference(key: str) -> None:
         if target.exists() and target.read_text() != ex["source"]:
             mine = target.with_name(target.name + ".mine")
             mine.write_text(target.read_text())
-            kept = f" Your version is kept as {mine}."
+            kept = _(" Your version is kept as {mine}.").format(mine=mine)
         target.write_text(ex["source"])
         sys.modules.pop(target.stem, None)   # the next import reads the reference
         importlib.invalidate_caches()
-        back = f"re-run your `%%writefile {ex['file']}` cell.{kept}"
+        back = _("re-run your `%%writefile {file}` cell.{kept}").format(
+            file=ex["file"], kept=kept)
     else:
         namespace = sys._getframe(1).f_globals   # the notebook's, when called from it
         exec(compile(ex["source"], f"<labkit reference: {key}>", "exec"), namespace)
-        back = "re-run your own exercise cell."
-    print(f"⚠️  {title} ({lab}): now running labkit's REFERENCE solution for `{key}`, "
-          f"not your code. The rest of the lab uses it. To go back to your own, {back}")
+        back = _("re-run your own exercise cell.")
+    print(_("⚠️  {title} ({lab}): now running labkit's REFERENCE solution for `{key}`, "
+            "not your code. The rest of the lab uses it. To go back to your own, {back}")
+          .format(title=title, lab=lab, key=key, back=back))
