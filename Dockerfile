@@ -56,6 +56,12 @@ RUN pip install --no-cache-dir --no-deps "${COURSE_DIR}" \
 # MNIST baked in at build time, MD5-checked by labkit, then made read-only: every
 # learner reads the same files and nothing downloads at run time.
 USER 0
+# CJK glyphs for the Chinese edition's plots (labs/zh_CN/): labkit puts Noto Sans CJK
+# first in matplotlib's fonts when a notebook speaks Chinese. Debian's current package.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends fonts-noto-cjk \
+    && rm -rf /var/lib/apt/lists/*
 RUN mkdir -p "${LABKIT_DATA}" \
     && labkit data prepare --root "${LABKIT_DATA}" \
     && chmod -R a-w "${LABKIT_DATA}"

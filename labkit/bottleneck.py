@@ -21,12 +21,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from labkit import data, models
+from labkit.messages import _
 from labkit.train import synchronize
 
 __all__ = ["PHASES", "step_seconds", "profile_step", "allreduce_ms", "Marks",
            "straggler", "draw_straggler", "bucket_timeline", "draw_buckets",
            "GpuMonitor"]
 
+# Profiler labels and the keys of profile_step's "phases_ms": kept as they are.
 PHASES = ("data loading", "forward", "backward + all-reduce", "optimizer")
 
 
@@ -152,7 +154,7 @@ def profile_step(ctx, folder: str, steps: int = 2, warmup: int = 3,
     torch.manual_seed(0)
     model = _ddp(ctx, models.small_cnn())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    for _ in range(warmup):   # DDP builds its buckets, the allocator warms up
+    for _warmup in range(warmup):   # DDP builds its buckets, the allocator warms up
         _one_step(ctx, model, optimizer, batches)
     activities = [ProfilerActivity.CPU]
     if ctx.device.type == "cuda":
@@ -160,7 +162,7 @@ def profile_step(ctx, folder: str, steps: int = 2, warmup: int = 3,
     trace = str(Path(folder) / f"ddp_step_rank{ctx.rank}.json")
     with _quiet_stderr():   # kineto logs its start, stop (and "no GPU") on stderr
         with profile(activities=activities) as prof:
-            for _ in range(steps):
+            for _step in range(steps):
                 _one_step(ctx, model, optimizer, batches)
         prof.export_chrome_trace(trace)
     rows = _rows(prof, steps, top=10**6)
@@ -168,7 +170,8 @@ def profile_step(ctx, folder: str, steps: int = 2, warmup: int = 3,
     return {"rank": ctx.rank, "trace": trace,
             "phases_ms": {p: by_name[p]["total_ms"] for p in PHASES if p in by_name},
             "allreduce_ms": allreduce_ms(rows, ctx.device.type == "cuda"),
-            "time": "GPU kernel time" if ctx.device.type == "cuda" else "CPU time",
+            "time": (_("GPU kernel time") if ctx.device.type == "cuda"
+                     else _("CPU time")),
             "top": rows[:top]}
 
 
@@ -231,7 +234,7 @@ def straggler(ctx, steps: int = 10, extra_s: float = 0.0, slow_rank: int = 1) ->
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     images, labels = data.random_batch(64, ctx.rank, ctx.device)
     timings = []
-    for _ in range(steps + 2):   # the first 2 steps warm up (buckets are rebuilt)
+    for _step in range(steps + 2):   # the first 2 steps warm up (buckets are rebuilt)
         marks.clear()
         marks.mark("start")
         if ctx.rank == slow_rank and extra_s:
@@ -245,7 +248,7 @@ def straggler(ctx, steps: int = 10, extra_s: float = 0.0, slow_rank: int = 1) ->
                         "wait": marks.ms("ready", "done"),
                         "step": marks.ms("start", "end")})
     return {"rank": ctx.rank, "steps": timings[2:],
-            "clock": "CUDA events" if marks.cuda else "CPU clock"}
+            "clock": _("CUDA events") if marks.cuda else _("CPU clock")}
 
 
 def bucket_timeline(ctx, bucket_cap_mb: float, steps: int = 4, warmup: int = 2,
@@ -310,7 +313,7 @@ def bucket_timeline(ctx, bucket_cap_mb: float, steps: int = 4, warmup: int = 2,
             "allreduce_ms": total,
             "hidden": sum(b - a for a, b in hidden) / total if total else 0.0,
             "exposed_ms": max(0.0, step["end_ms"] - step["compute_end_ms"]),
-            "clock": "CUDA events" if marks.cuda else "CPU clock"}
+            "clock": _("CUDA events") if marks.cuda else _("CPU clock")}
 
 
 def _union(spans) -> list:
@@ -331,24 +334,28 @@ def draw_buckets(runs: dict, ax=None):
     """
     import matplotlib.pyplot as plt
 
+    from labkit.timeline import use_cjk_font
+
+    use_cjk_font()
     rows = sum(1 + len(r["buckets"]) for r in runs.values())
     if ax is None:
-        _, ax = plt.subplots(figsize=(8, 0.9 + 0.28 * rows))
+        _fig, ax = plt.subplots(figsize=(8, 0.9 + 0.28 * rows))
     labels, row = [], 0
     for title, r in runs.items():
         ax.barh(row, r["compute_end_ms"] - r["forward_ms"], left=r["forward_ms"],
                 color="#4c72b0")
-        labels.append(f"{title}: backward")
+        labels.append(_("{run}: backward").format(run=title))
         row += 1
         for b in r["buckets"]:
             ax.barh(row, b["done_ms"] - b["ready_ms"], left=b["ready_ms"],
                     color="#c44e52")
-            labels.append(f"  bucket {b['index']} ({b['bytes'] / 2**20:.1f} MiB)")
+            labels.append("  " + _("bucket {index} ({mib:.1f} MiB)").format(
+                index=b["index"], mib=b["bytes"] / 2**20))
             row += 1
     ax.set_yticks(range(row), labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("ms since the step began (median step)")
-    ax.legend(["computing gradients", "all-reduce of a bucket"], fontsize=8,
+    ax.set_xlabel(_("ms since the step began (median step)"))
+    ax.legend([_("computing gradients"), _("all-reduce of a bucket")], fontsize=8,
               loc="lower right")
     return ax
 
@@ -366,8 +373,12 @@ def draw_straggler(runs: dict, ax=None):
     """
     import matplotlib.pyplot as plt
 
+    from labkit.timeline import use_cjk_font
+
+    use_cjk_font()
     if ax is None:
-        _, ax = plt.subplots(figsize=(8, 1 + 0.5 * sum(len(r) for r in runs.values())))
+        rows = sum(len(r) for r in runs.values())
+        _fig, ax = plt.subplots(figsize=(8, 1 + 0.5 * rows))
     labels, row = [], 0
     for title, ranks in runs.items():
         for result in ranks:
@@ -379,9 +390,9 @@ def draw_straggler(runs: dict, ax=None):
             row += 1
     ax.set_yticks(range(row), labels)
     ax.invert_yaxis()
-    ax.set_xlabel("ms per step (median)")
-    ax.legend(["compute (incl. extra work)", "waiting in the all-reduce"], fontsize=8,
-              loc="lower right")
+    ax.set_xlabel(_("ms per step (median)"))
+    ax.legend([_("compute (incl. extra work)"), _("waiting in the all-reduce")],
+              fontsize=8, loc="lower right")
     return ax
 
 
@@ -418,8 +429,9 @@ class GpuMonitor:
     def report(self) -> str:
         """One line per GPU: mean and peak utilisation over the samples."""
         if not self.available:
-            return ("No nvidia-smi here (no NVIDIA GPU): per-GPU utilisation is "
-                    "measured on GPU machines only.")
+            return _("No nvidia-smi here (no NVIDIA GPU): per-GPU utilisation is "
+                     "measured on GPU machines only.")
         return "\n".join(
-            f"GPU {index}: mean {sum(u) / len(u):.0f} %, peak {max(u):.0f} % "
-            f"({len(u)} samples)" for index, u in sorted(self.samples.items()))
+            _("GPU {index}: mean {mean:.0f} %, peak {peak:.0f} % ({count} samples)"
+              ).format(index=index, mean=sum(u) / len(u), peak=max(u), count=len(u))
+            for index, u in sorted(self.samples.items()))

@@ -76,6 +76,10 @@ def _i18n(args) -> int:
             print(f"{row['catalog']}: {row['entries']} entries, {row['translated']} "
                   f"translated, {row['fuzzy']} fuzzy, {row['untranslated']} "
                   f"untranslated, {row['obsolete']} obsolete")
+        for lang in sorted({row["lang"] for row in i18n.status(locale)}):
+            problems = i18n.runtime_problems(lang, i18n.runtime_catalog(locale, lang))
+            print(f"{i18n.runtime_catalog(locale, lang)}: labkit's messages, "
+                  f"{len(problems)} not translated")
         return 0
     if args.action == "init":
         for name in args.names:
@@ -98,7 +102,7 @@ def _i18n(args) -> int:
               f"{counts['fuzzy']} fuzzy, {counts['untranslated']} untranslated, "
               f"{counts['obsolete']} obsolete)")
     for lang in sorted({lang for lang, _stem, _path in i18n.catalogs(locale)}):
-        path = locale / lang / "LC_MESSAGES" / f"{i18n.RUNTIME_DOMAIN}.po"
+        path = i18n.runtime_catalog(locale, lang)
         counts = i18n.update_runtime(lang, path)
         print(f"{path}: {counts['entries']} messages of labkit ({counts['new']} new, "
               f"{counts['untranslated']} untranslated, {counts['obsolete']} obsolete)")

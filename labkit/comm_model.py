@@ -21,10 +21,13 @@ with log N, not N).
 
 import math
 import time
+import unicodedata
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from labkit.messages import _
 
 __all__ = ["bus_factor", "AlphaBeta", "fit_alpha_beta", "table", "plot_fit",
            "memcpy_gbytes_per_s", "ring_seconds", "ddp_step"]
@@ -34,7 +37,8 @@ def bus_factor(world_size: int) -> float:
     """Return 2(N-1)/N: busbw / algbw for an all-reduce on ``world_size`` ranks."""
     if isinstance(world_size, bool) or not isinstance(world_size, int) \
             or world_size < 1:
-        raise ValueError(f"world_size must be a positive integer, got {world_size!r}.")
+        raise ValueError(_("world_size must be a positive integer, got "
+                           "{world_size!r}.").format(world_size=world_size))
     return 2 * (world_size - 1) / world_size
 
 
@@ -55,9 +59,10 @@ class AlphaBeta:
         return self.alpha * self.beta
 
     def __str__(self) -> str:
-        return (f"alpha = {self.alpha * 1e6:.1f} us, beta = {self.beta / 1e9:.3f} GB/s "
-                f"(latency and bandwidth cost the same at "
-                f"{self.half_bytes / 1e3:.1f} kB)")
+        return _("alpha = {alpha_us:.1f} us, beta = {beta_gbytes_per_s:.3f} GB/s "
+                 "(latency and bandwidth cost the same at {half_kb:.1f} kB)").format(
+                     alpha_us=self.alpha * 1e6, beta_gbytes_per_s=self.beta / 1e9,
+                     half_kb=self.half_bytes / 1e3)
 
 
 def fit_alpha_beta(times: dict) -> AlphaBeta:
@@ -69,14 +74,22 @@ def fit_alpha_beta(times: dict) -> AlphaBeta:
     sizes = np.array(sorted(times), dtype=float)
     seconds = np.array([times[n] for n in sorted(times)], dtype=float)
     if len(sizes) < 2 or (seconds <= 0).any() or (sizes <= 0).any():
-        raise ValueError(f"Need at least 2 sizes with positive times to fit alpha and "
-                         f"beta, got {dict(times)!r}.")
+        raise ValueError(_("Need at least 2 sizes with positive times to fit alpha and "
+                           "beta, got {times!r}.").format(times=dict(times)))
     design = np.stack([np.ones_like(sizes), sizes], axis=1) / seconds[:, None]
-    (alpha, per_byte), *_ = np.linalg.lstsq(design, np.ones_like(sizes), rcond=None)
+    (alpha, per_byte), *_rest = np.linalg.lstsq(design, np.ones_like(sizes),
+                                                rcond=None)
     # Noise can push one term below zero; a cost is never negative.
     alpha = max(float(alpha), 1e-9)
     per_byte = max(float(per_byte), 1e-15)
     return AlphaBeta(alpha, 1.0 / per_byte)
+
+
+def _rjust(text: str, width: int) -> str:
+    """``text`` right-aligned in ``width`` columns of a terminal (a CJK character is
+    two)."""
+    used = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+    return " " * max(width - used, 0) + text
 
 
 def _size(n_bytes: int) -> str:
@@ -94,8 +107,9 @@ def table(times: dict, world_size: int, fit: AlphaBeta | None = None) -> list[di
     """
     factor = bus_factor(world_size)
     rows = []
-    print(f"{'size':>10} {'bytes':>12} {'time (us)':>11} {'algbw GB/s':>11} "
-          f"{'busbw GB/s':>11}" + (f" {'fit (us)':>10}" if fit else ""))
+    header = [_rjust(_("size"), 10), _rjust(_("bytes"), 12), _rjust(_("time (us)"), 11),
+              f"{'algbw GB/s':>11}", f"{'busbw GB/s':>11}"]
+    print(" ".join(header + ([_rjust(_("fit (us)"), 10)] if fit else [])))
     for n_bytes in sorted(times):
         seconds = times[n_bytes]
         algbw = n_bytes / seconds / 1e9
@@ -121,20 +135,28 @@ def plot_fit(times: dict, fit: AlphaBeta, world_size: int, ax=None,
     """
     import matplotlib.pyplot as plt
 
+    from labkit.timeline import use_cjk_font
+
+    use_cjk_font()
     if ax is None:
-        _, ax = plt.subplots(figsize=(7, 4))
+        _fig, ax = plt.subplots(figsize=(7, 4))
     sizes = np.array(sorted(times), dtype=float)
     measured = np.array([times[int(n)] for n in sizes])
     grid = np.logspace(math.log10(sizes[0]), math.log10(sizes[-1]), 100)
-    ax.loglog(sizes, measured * 1e6, "o", label="measured")
+    ax.loglog(sizes, measured * 1e6, "o", label=_("measured"))
     ax.loglog(grid, fit.seconds(grid) * 1e6, "-",
-              label=f"fit: {fit.alpha * 1e6:.0f} us + n / {fit.beta / 1e9:.2f} GB/s")
-    ax.axhline(fit.alpha * 1e6, color="grey", ls=":", lw=1, label="alpha (latency)")
+              label=_("fit: {alpha_us:.0f} us + n / {beta_gbytes_per_s:.2f} GB/s"
+                      ).format(alpha_us=fit.alpha * 1e6,
+                               beta_gbytes_per_s=fit.beta / 1e9))
+    ax.axhline(fit.alpha * 1e6, color="grey", ls=":", lw=1,
+               label=_("alpha (latency)"))
     for label, gbytes in (references or {}).items():
         ax.loglog(grid, grid * bus_factor(world_size) / (gbytes * 1e9) * 1e6, "--",
-                  lw=1, label=f"{label}: busbw {gbytes:g} GB/s, no latency")
-    ax.set(xlabel="message size (bytes)", ylabel="all-reduce time (us)",
-           title=title or f"all-reduce on {world_size} ranks")
+                  lw=1, label=_("{link}: busbw {gbytes_per_s:g} GB/s, no latency"
+                                ).format(link=label, gbytes_per_s=gbytes))
+    ax.set(xlabel=_("message size (bytes)"), ylabel=_("all-reduce time (us)"),
+           title=title or _("all-reduce on {world_size} ranks").format(
+               world_size=world_size))
     ax.legend(fontsize=8)
     return ax
 
@@ -166,7 +188,8 @@ def ring_seconds(n_bytes: float, world_size: int, link_gbytes_per_s: float,
     call per bucket), not one ring step's.
     """
     if link_gbytes_per_s <= 0:
-        raise ValueError(f"link bandwidth must be positive, got {link_gbytes_per_s}.")
+        raise ValueError(_("link bandwidth must be positive, got {bandwidth}.").format(
+            bandwidth=link_gbytes_per_s))
     if world_size == 1:
         return 0.0
     per_rank = n_bytes * bus_factor(world_size)
@@ -183,7 +206,8 @@ def ddp_step(compute_s: float, allreduce_s: float, world_size: int,
     the speedup over one device and the scaling efficiency (speedup / N).
     """
     if not 0.0 <= overlap <= 1.0:
-        raise ValueError(f"overlap is a share between 0 and 1, got {overlap}.")
+        raise ValueError(_("overlap is a share between 0 and 1, got {overlap}.").format(
+            overlap=overlap))
     exposed = allreduce_s * (1.0 - overlap) if world_size > 1 else 0.0
     step = compute_s + exposed
     speedup = world_size * compute_s / step

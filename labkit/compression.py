@@ -21,6 +21,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersg
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labkit import data, models, train
+from labkit.messages import _
 
 __all__ = ["ByteCounter", "CompressionConfig", "make_hook", "label", "train_variants"]
 
@@ -95,7 +96,7 @@ def label(spec) -> str:
 def make_hook(spec, cfg: CompressionConfig):
     """Return ``(state, hook)`` for ``register_comm_hook`` from a hook spec."""
     if isinstance(spec, tuple):
-        _, module, function, dtype = spec
+        _label, module, function, dtype = spec
         return getattr(torch, dtype), getattr(importlib.import_module(module), function)
     if spec == "allreduce":
         return None, default_hooks.allreduce_hook
@@ -107,9 +108,9 @@ def make_hook(spec, cfg: CompressionConfig):
             start_powerSGD_iter=cfg.powersgd_start, use_error_feedback=True,
             warm_start=True, random_seed=cfg.seed)
         return state, powersgd.powerSGD_hook
-    raise ValueError(f"Unknown hook {spec!r}: use 'allreduce', 'fp16', 'bf16', "
-                     "'powersgd-R' (R = 1, 2, 4, ...) or (label, module, function, "
-                     "dtype).")
+    raise ValueError(_("Unknown hook {spec!r}: use 'allreduce', 'fp16', 'bf16', "
+                       "'powersgd-R' (R = 1, 2, 4, ...) or (label, module, function, "
+                       "dtype).").format(spec=spec))
 
 
 def _batches(cfg: CompressionConfig, num_samples: int, world_size: int, steps: int):
@@ -199,7 +200,10 @@ def _error_of(fn) -> str:
 
 
 def hook_pitfalls(ctx) -> dict:
-    """Make the classic hook mistakes on purpose; return each exact message."""
+    """Make the classic hook mistakes on purpose; return each exact message.
+
+    The keys stay English: they name the mistakes for the code that reads them.
+    """
     from torch.distributed.algorithms.model_averaging import averagers
 
     images, labels = data.random_batch(8, ctx.rank)

@@ -17,6 +17,7 @@ from torchvision import datasets, transforms
 from torchvision.datasets.utils import check_integrity
 
 from labkit import hardware
+from labkit.messages import _
 
 __all__ = [
     "DataError",
@@ -53,11 +54,11 @@ def _raw_folder(root: Path) -> Path:
 
 
 def _how_to_fix(raw: Path) -> str:
-    names = ", ".join(name for name, _ in datasets.MNIST.resources)
-    return (
-        f"Run `labkit data prepare` on a machine with internet access, or copy the "
-        f"four original files ({names}) into {raw}."
-    )
+    names = ", ".join(name for name, _md5 in datasets.MNIST.resources)
+    return _(
+        "Run `labkit data prepare` on a machine with internet access, or copy the "
+        "four original files ({names}) into {folder}."
+    ).format(names=names, folder=raw)
 
 
 def _missing_files(root: Path) -> list[str]:
@@ -69,8 +70,9 @@ def _missing_files(root: Path) -> list[str]:
             missing.append(name)
         elif not check_integrity(str(path), md5):
             raise DataError(
-                f"{path} is corrupt: its MD5 is not torchvision's {md5}. "
-                f"Delete it, then: {_how_to_fix(raw)}"
+                _("{path} is corrupt: its MD5 is not torchvision's {md5}. "
+                  "Delete it, then: {fix}").format(path=path, md5=md5,
+                                                   fix=_how_to_fix(raw))
             )
     return missing
 
@@ -114,14 +116,16 @@ def prepare(root=None, download: bool | None = None) -> Path:
         missing = _missing_files(root)
         if missing and in_a_rank():
             raise DataError(
-                f"MNIST is not in {raw} (missing: {', '.join(missing)}), and ranks never "
-                "download it. Prepare it once before launching: `data.prepare()` in the "
-                "notebook (labkit.begin(mnist=True) does), or `labkit data prepare`."
+                _("MNIST is not in {folder} (missing: {missing}), and ranks never "
+                  "download it. Prepare it once before launching: `data.prepare()` in "
+                  "the notebook (labkit.begin(mnist=True) does), or `labkit data "
+                  "prepare`.").format(folder=raw, missing=", ".join(missing))
             )
         if missing and not download:
             raise DataError(
-                f"MNIST is not in {raw} (missing: {', '.join(missing)}) and "
-                f"downloading is off. {_how_to_fix(raw)}"
+                _("MNIST is not in {folder} (missing: {missing}) and downloading is "
+                  "off. {fix}").format(folder=raw, missing=", ".join(missing),
+                                        fix=_how_to_fix(raw))
             )
         _unpack_or_download(root, raw)
     return root
@@ -129,7 +133,7 @@ def prepare(root=None, download: bool | None = None) -> Path:
 
 def _unpacked(root: Path) -> bool:
     """Tell whether torchvision's unpacked files are all there (both splits)."""
-    names = {Path(name).stem for name, _ in datasets.MNIST.resources}   # drop .gz
+    names = {Path(name).stem for name, _md5 in datasets.MNIST.resources}   # drop .gz
     return all((_raw_folder(root) / name).exists() for name in names)
 
 
@@ -143,7 +147,8 @@ def _unpack_or_download(root: Path, raw: Path) -> None:
             datasets.MNIST(root, train=train, download=True)
     except (URLError, OSError, RuntimeError) as err:
         raise DataError(
-            f"Could not download MNIST into {raw}: {err}. {_how_to_fix(raw)}"
+            _("Could not download MNIST into {folder}: {err}. {fix}").format(
+                folder=raw, err=err, fix=_how_to_fix(raw))
         ) from err
     _missing_files(root)
 
@@ -155,9 +160,9 @@ def mnist(train: bool = True, root=None, transform=None):
         return datasets.MNIST(root, train=train, transform=transform)
     except (RuntimeError, ValueError, OSError) as err:
         raise DataError(
-            f"The unpacked MNIST files in {_raw_folder(root)} are unreadable "
-            f"({err}). Delete the files without .gz there and run "
-            "`labkit data prepare` again."
+            _("The unpacked MNIST files in {folder} are unreadable ({err}). Delete "
+              "the files without .gz there and run `labkit data prepare` again."
+              ).format(folder=_raw_folder(root), err=err)
         ) from err
 
 
@@ -209,7 +214,8 @@ class DeviceData:
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor):
         if len(images) != len(labels):
-            raise ValueError(f"{len(images)} images but {len(labels)} labels.")
+            raise ValueError(_("{images} images but {labels} labels.").format(
+                images=len(images), labels=len(labels)))
         self.images, self.labels = images, labels
 
     @classmethod
@@ -234,7 +240,8 @@ class DeviceData:
         Each pass draws a fresh permutation when shuffling; the last batch may be short.
         """
         if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+            raise ValueError(_("batch_size must be at least 1, got {batch_size}."
+                               ).format(batch_size=batch_size))
         return Batches(self, batch_size, shuffle, generator)
 
 

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from labkit.messages import _
+
 __all__ = ["replica_devices", "exact_float32", "float32_precisions",
            "dataparallel_memory"]
 
@@ -21,20 +23,22 @@ def replica_devices(num_replicas: int, verbose: bool = True) -> list[torch.devic
     """Return one device per replica: distinct GPUs if enough, else the CPU."""
     if not isinstance(num_replicas, int) or num_replicas < 1:
         raise ValueError(
-            f"num_replicas must be a positive integer, got {num_replicas!r}."
+            _("num_replicas must be a positive integer, got {num_replicas!r}."
+              ).format(num_replicas=num_replicas)
         )
     found = torch.cuda.device_count()
     if found >= num_replicas:
         devices = [torch.device("cuda", i) for i in range(num_replicas)]
-        why = f"{found} GPU(s) found: one replica per GPU"
+        why = _("{found} GPU(s) found: one replica per GPU").format(found=found)
     else:
         devices = [torch.device("cpu")] * num_replicas
-        why = (
-            f"{found} GPU(s) found, {num_replicas} replicas wanted: all replicas are "
+        why = _(
+            "{found} GPU(s) found, {num_replicas} replicas wanted: all replicas are "
             "copies on the CPU (same arithmetic, no speed-up)"
-        )
+        ).format(found=found, num_replicas=num_replicas)
     if verbose:
-        print(f"Replicas on {[str(d) for d in devices]} - {why}")
+        print(_("Replicas on {devices} - {why}").format(
+            devices=[str(d) for d in devices], why=why))
     return devices
 
 
@@ -103,8 +107,8 @@ def dataparallel_memory(model: nn.Module, batch: int = 512) -> list[int] | None:
     count = torch.cuda.device_count()
     if count < 2:
         print(
-            f"{count} GPU(s): nn.DataParallel has nothing to spread; no per-GPU "
-            "memory to measure here."
+            _("{count} GPU(s): nn.DataParallel has nothing to spread; no per-GPU "
+              "memory to measure here.").format(count=count)
         )
         return None
     wrapped = nn.DataParallel(model.to("cuda:0"))

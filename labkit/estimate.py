@@ -8,6 +8,8 @@ answers the lab-00 exercises are checked against.
 import torch
 import torch.nn.functional as F
 
+from labkit.messages import _
+
 __all__ = [
     "training_memory_bytes",
     "ring_allreduce_bytes",
@@ -43,7 +45,8 @@ def ring_allreduce_bytes(
 ) -> float:
     """Return the bytes each GPU sends in a ring all-reduce: 2(n-1)/n of gradients."""
     if world_size < 1:
-        raise ValueError(f"world_size must be at least 1, got {world_size}.")
+        raise ValueError(_("world_size must be at least 1, got {world_size}.").format(
+            world_size=world_size))
     return 2 * (world_size - 1) / world_size * num_params * bytes_per_value
 
 
@@ -62,7 +65,8 @@ def allreduce_seconds(
     """
     if link_gbytes_per_s <= 0:
         raise ValueError(
-            f"link bandwidth must be positive, got {link_gbytes_per_s} GB/s."
+            _("link bandwidth must be positive, got {bandwidth} GB/s.").format(
+                bandwidth=link_gbytes_per_s)
         )
     steps = 2 * (world_size - 1)
     return steps * latency_s + ring_allreduce_bytes(

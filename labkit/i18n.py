@@ -406,13 +406,23 @@ def _runtime_catalog_problems(locale_dir: Path) -> list[Problem]:
     the checkout's own locale/ (the one labkit speaks from), checked where present."""
     from labkit import messages
 
-    own = Path(locale_dir).resolve() == messages.CATALOGS
     problems = []
     for lang in sorted({lang for lang, _stem, _path in catalogs(locale_dir)}):
-        path = Path(locale_dir) / lang / "LC_MESSAGES" / f"{RUNTIME_DOMAIN}.po"
-        if own or path.exists():
+        path = runtime_catalog(locale_dir, lang)
+        if path == messages.catalog_path(lang) or path.exists():
             problems += runtime_problems(lang, path)
     return problems
+
+
+def runtime_catalog(locale_dir, lang: str) -> Path:
+    """Where the catalog of labkit's messages for an edition lives: in the package
+    (labkit/locale/) for the course's own locale/, else beside the notebooks' catalogs
+    (a copy of the course, as the tests make)."""
+    from labkit import messages
+
+    if Path(locale_dir).resolve() == messages.CATALOGS.parents[1] / LOCALE:
+        return messages.catalog_path(lang)
+    return Path(locale_dir) / lang / "LC_MESSAGES" / f"{RUNTIME_DOMAIN}.po"
 
 
 _FIELD = re.compile(r"(?<!\{)\{([A-Za-z_][A-Za-z0-9_]*)[^{}]*\}")

@@ -15,6 +15,8 @@ Units: seconds, bytes, bytes/s (1 GB/s = 1e9 bytes/s), FLOP/s.
 import dataclasses
 from dataclasses import dataclass
 
+from labkit.messages import N_, _
+
 __all__ = ["Link", "Device", "Layers", "LINKS", "DEVICES", "GPT3", "SPLITS",
            "transformer", "layer_seconds", "request_seconds", "fit_link"]
 
@@ -98,9 +100,11 @@ def layer_seconds(layers: Layers, device: Device, n: int = 1) -> float:
 
 def _check(n: int, split: str) -> None:
     if split not in SPLITS:
-        raise ValueError(f"Unknown split {split!r}: choose one of {', '.join(SPLITS)}.")
+        raise ValueError(_("Unknown split {split!r}: choose one of {choices}.").format(
+            split=split, choices=", ".join(SPLITS)))
     if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n (devices) must be a positive integer, got {n!r}.")
+        raise ValueError(_("n (devices) must be a positive integer, got {n!r}.").format(
+            n=n))
 
 
 def request_seconds(layers: Layers, device: Device, link: Link, n: int,
@@ -131,23 +135,38 @@ def fit_link(nbytes: list, seconds: list, name: str, source: str = "") -> Link:
     noisy to see it) is refused with the numbers.
     """
     if len(nbytes) != len(seconds) or len(set(nbytes)) < 2:
-        raise ValueError(f"fit_link needs the same number of sizes and times, at least "
-                         f"two distinct sizes; got sizes {nbytes}, times {seconds}.")
+        raise ValueError(_("fit_link needs the same number of sizes and times, at "
+                           "least two distinct sizes; got sizes {sizes}, times "
+                           "{times}.").format(sizes=nbytes, times=seconds))
     count = len(nbytes)
     mean_x, mean_y = sum(nbytes) / count, sum(seconds) / count
     slope = (sum((x - mean_x) * (y - mean_y) for x, y in zip(nbytes, seconds))
              / sum((x - mean_x) ** 2 for x in nbytes))
     if slope <= 0:
-        raise ValueError(f"The times {seconds} do not grow with the sizes {nbytes}: no "
-                         "bandwidth to fit (too noisy? measure larger sizes).")
+        raise ValueError(_("The times {times} do not grow with the sizes {sizes}: no "
+                           "bandwidth to fit (too noisy? measure larger sizes)."
+                           ).format(times=seconds, sizes=nbytes))
     return Link(name, max(mean_y - slope * mean_x, 0.0), 1 / slope, source)
 
 
 # ---------------------------------------------------------------- published figures
 
-_A100 = ("NVIDIA A100 datasheet: 80 GB SXM4, HBM2e 2,039 GB/s, 312 TFLOP/s dense "
-         "bf16/fp16 (nvidia-smi: 81,920 MiB)")
-_H200 = "NVIDIA H200 datasheet: HBM3e 4.8 TB/s, 989 TFLOP/s dense bf16, 141 GB"
+
+class _Said(str):
+    """A ``source`` text that prints in the learner's language (``_`` at each use:
+    ``print(link.source)``, an f-string); compared and hashed as its English."""
+
+    def __str__(self) -> str:
+        return _(str.__str__(self))
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+_A100 = _Said(N_("NVIDIA A100 datasheet: 80 GB SXM4, HBM2e 2,039 GB/s, 312 TFLOP/s "
+                 "dense bf16/fp16 (nvidia-smi: 81,920 MiB)"))
+_H200 = _Said(N_("NVIDIA H200 datasheet: HBM3e 4.8 TB/s, 989 TFLOP/s dense bf16, "
+                 "141 GB"))
 DEVICES = {
     "A100 80GB": Device("A100 80GB", 2.039e12, 312e12, 80 * 2**30, _A100),
     "H200": Device("H200", 4.8e12, 989e12, 141e9, _H200),
@@ -155,20 +174,20 @@ DEVICES = {
 
 LINKS = {
     "NVLink 3 (DGX A100)": Link(
-        "NVLink 3 (DGX A100)", 10e-6, 200e9,
-        "alpha: NCCL all-reduce of 32 B on 2 A100-SXM4 took 10.1 us (NVIDIA/nccl#583); "
-        "beta: 8 A100 all_reduce_perf bus bandwidth ~200 GB/s (NVIDIA/nccl-tests#149); "
-        "line rate 300 GB/s each way"),
+        "NVLink 3 (DGX A100)", 10e-6, 200e9, _Said(N_(
+            "alpha: NCCL all-reduce of 32 B on 2 A100-SXM4 took 10.1 us "
+            "(NVIDIA/nccl#583); beta: 8 A100 all_reduce_perf bus bandwidth ~200 GB/s "
+            "(NVIDIA/nccl-tests#149); line rate 300 GB/s each way"))),
     "NVLink 4 (H100/H200)": Link(
-        "NVLink 4 (H100/H200)", 6e-6, 370e9,
-        "alpha: ~6 us all-reduce on 2 H100 with NVLink SHARP (NVIDIA/nccl#1259); "
-        "beta: NCCL's effective NVLink bandwidth ~370 GB/s of the 450 GB/s line rate "
-        "(NVIDIA/nccl-tests#212)"),
+        "NVLink 4 (H100/H200)", 6e-6, 370e9, _Said(N_(
+            "alpha: ~6 us all-reduce on 2 H100 with NVLink SHARP (NVIDIA/nccl#1259); "
+            "beta: NCCL's effective NVLink bandwidth ~370 GB/s of the 450 GB/s line "
+            "rate (NVIDIA/nccl-tests#212)"))),
     "InfiniBand HDR (between DGX A100)": Link(
-        "InfiniBand HDR (between DGX A100)", 20e-6, 25e9,
-        "beta: 200 Gbit/s = 25 GB/s per GPU (one HDR NIC per GPU in a DGX A100), line "
-        "rate; alpha: an ASSUMPTION of the usual order (tens of us between nodes), "
-        "not a measurement"),
+        "InfiniBand HDR (between DGX A100)", 20e-6, 25e9, _Said(N_(
+            "beta: 200 Gbit/s = 25 GB/s per GPU (one HDR NIC per GPU in a DGX A100), "
+            "line rate; alpha: an ASSUMPTION of the usual order (tens of us between "
+            "nodes), not a measurement"))),
 }
 
 # GPT-3 family (Brown et al. 2020, Table 2.1): name -> (layers, hidden size).
@@ -191,7 +210,8 @@ def derated(device: Device, memory_fraction: float = 1.0,
     The roofline assumes 100 % of HBM bandwidth; real decoding kernels reach 60-90 %.
     """
     return dataclasses.replace(
-        device, name=f"{device.name} at {memory_fraction:.0%} of HBM",
+        device, name=_("{device} at {fraction:.0%} of HBM").format(
+            device=device.name, fraction=memory_fraction),
         memory_bytes_per_s=device.memory_bytes_per_s * memory_fraction,
         flops_per_s=device.flops_per_s * flops_fraction)
 
@@ -211,5 +231,6 @@ def largest_under(budget_s: float, device: Device, link: Link, n: int,
             if request_seconds(transformer(h // layers_per_hidden, h), device, link, n,
                                split) < budget_s]
     if not fits:
-        raise ValueError(f"No model of hidden size >= 1024 fits {budget_s * 1e3:g} ms.")
+        raise ValueError(_("No model of hidden size >= 1024 fits {budget_ms:g} ms."
+                           ).format(budget_ms=budget_s * 1e3))
     return max(fits, key=lambda layers: layers.params)

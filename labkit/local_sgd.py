@@ -23,6 +23,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labkit import data, models, train as training
 from labkit.compression import ByteCounter
+from labkit.messages import _
 
 __all__ = ["Config", "my_shard", "make_model", "batches", "train", "sweep",
            "stale_sgd"]
@@ -129,13 +130,15 @@ def sweep(ctx, module: str, cfg: Config, periods, warmup: int) -> list[dict]:
         run = replace(cfg, period=period)
         with ByteCounter() as counter:
             out = learner.train(ctx, run)
-        results.append({"name": f"local SGD, H={period}", "period": period,
-                        "bytes": counter.bytes, "state": out["state"]})
+        results.append({"name": _("local SGD, H={period}").format(period=period),
+                        "period": period, "bytes": counter.bytes,
+                        "state": out["state"]})
     with ByteCounter() as counter:
         out = _post_local_sgd(ctx, cfg, warmup)
-    results.append({"name": f"post-local SGD (torch), {warmup} DDP steps, then "
-                            f"H={cfg.period}", "period": cfg.period,
-                    "bytes": counter.bytes, "state": out["state"]})
+    results.append({"name": _("post-local SGD (torch), {warmup} DDP steps, then "
+                              "H={period}").format(warmup=warmup, period=cfg.period),
+                    "period": cfg.period, "bytes": counter.bytes,
+                    "state": out["state"]})
     return results
 
 

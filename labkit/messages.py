@@ -4,8 +4,8 @@ Taught in: nowhere (course tooling; locale/README.md is the translator's guide).
 sentence labkit prints for the learner is written ``_("English, {fields}").format(...)``
 (never an f-string inside ``_``: the catalog holds the template, the fields are filled
 after the translation); a constant translated where it is used is marked ``N_``. ``_`` looks the template up in the catalog
-``locale/<lang>/LC_MESSAGES/labkit.po`` (beside the notebooks' catalogs; the course
-installs labkit editable, from its checkout) for the language ``language()`` chooses,
+``labkit/locale/<lang>/LC_MESSAGES/labkit.po`` (inside the package, so that a
+non-editable install, such as the course image's, speaks it too) for the language ``language()`` chooses,
 and returns the English when the language is English or the entry is missing or fuzzy
 (as gettext does). ``labkit i18n update`` refreshes the catalog from the sources with
 Babel's extractor (``messages_in_sources``); tests/test_i18n.py fails on a marked
@@ -21,7 +21,7 @@ __all__ = ["DOMAIN", "CATALOGS", "language", "catalog_path", "_", "N_",
            "messages_in_sources"]
 
 DOMAIN = "labkit"
-CATALOGS = Path(__file__).resolve().parents[1] / "locale"   # the checkout's locale/
+CATALOGS = Path(__file__).resolve().parent / "locale"   # package data
 _LANG = re.compile(r"^[a-z]{2,3}_[A-Z]{2}$")
 
 

@@ -49,6 +49,12 @@ def begin(world_size: int = 1, backend: str = "auto", mnist: bool = False):
     from labkit import hardware
 
     print(describe())
+    from labkit.messages import language
+
+    if language() != "en":   # the notebook's own plots draw Chinese with a CJK font too
+        from labkit.timeline import use_cjk_font
+
+        use_cjk_font()
     if mnist:
         from labkit import data
 

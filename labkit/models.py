@@ -6,6 +6,8 @@ across devices. Both are ``nn.Sequential`` so that slicing keeps parameter names
 
 from torch import nn
 
+from labkit.messages import _
+
 __all__ = ["small_cnn", "deep_mlp", "count_parameters", "max_difference"]
 
 
@@ -34,10 +36,11 @@ def deep_mlp(
     """
     if num_layers < 2:
         raise ValueError(
-            f"deep_mlp needs at least 2 layers (in and out), got {num_layers}."
+            _("deep_mlp needs at least 2 layers (in and out), got {num_layers}."
+              ).format(num_layers=num_layers)
         )
     layers: list[nn.Module] = [nn.Flatten(), nn.Linear(28 * 28, width), nn.ReLU()]
-    for _ in range(num_layers - 2):
+    for _hidden in range(num_layers - 2):
         layers += [nn.Linear(width, width), nn.ReLU()]
     layers.append(nn.Linear(width, num_classes))
     return nn.Sequential(*layers)
@@ -60,7 +63,8 @@ def max_difference(want: dict, got: dict) -> float:
             sorted(got.keys() - want.keys()),
         )
         raise ValueError(
-            f"The dicts hold different names: missing {missing}, unexpected {extra}."
+            _("The dicts hold different names: missing {missing}, unexpected "
+              "{extra}.").format(missing=missing, extra=extra)
         )
     return max(
         (want[k].detach().cpu().double() - got[k].detach().cpu().double())

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit import cluster
+from labkit.messages import _
 
 __all__ = ["torchrun", "torchrun_command", "run_together", "ddp_two_nodes",
            "compression_on_link", "ElasticConfig", "node_failure", "reference_weights"]
@@ -192,7 +193,7 @@ def compression_on_link(profile="1gbe", specs=("allreduce", "powersgd-1"),
 
     chosen = cluster.link(profile)
     if chosen.rate_bits is None:
-        raise ValueError("compression_on_link needs a link with a rate (1gbe, ...).")
+        raise ValueError(_("compression_on_link needs a link with a rate (1gbe, ...)."))
     if cfg is None:
         cfg = compression.CompressionConfig(
             steps=steps, width=width, limit=limit, test_limit=1000,
@@ -219,18 +220,21 @@ def compression_on_link(profile="1gbe", specs=("allreduce", "powersgd-1"),
                "wire_ms": 1e3 * emulated[i]["bytes_per_step"] / chosen.bytes_per_s}
         rows.append(row)
     if verbose:
-        print(f"MLP 784-{cfg.width}-{cfg.width}-10, 2 ranks, {cfg.steps} steps per "
-              f"hook; emulated link {cfg.slow_link_gbytes_per_s:g} GB/s; real link "
-              f"{chosen.describe()}")
+        print(_("MLP 784-{width}-{width}-10, 2 ranks, {steps} steps per hook; emulated "
+                "link {gbytes_per_s:g} GB/s; real link {link}").format(
+                    width=cfg.width, steps=cfg.steps,
+                    gbytes_per_s=cfg.slow_link_gbytes_per_s, link=chosen.describe()))
+        # the column names are the rows' fields (kept English, as in the returned dict)
         print(f"{'hook':<12}{'bytes/step':>12}{'on the wire':>13}{'local':>9}"
-              f"{'emulated':>10}{'real link':>11}   (ms per step)")
+              f"{'emulated':>10}{'real link':>11}   " + _("(ms per step)"))
         for r in rows:
             real_ms = f"{r['real_ms']:>11.1f}" if r["real_ms"] is not None else \
                 f"{'-':>11}"
             print(f"{r['hook']:<12}{r['bytes_per_step']:>12,}{r['wire_ms']:>13.1f}"
                   f"{r['local_ms']:>9.1f}{r['emulated_ms']:>10.1f}{real_ms}")
         if reason:
-            print(f"real shaped link: {reason}; skipped, the emulation alone above.")
+            print(_("real shaped link: {reason}; skipped, the emulation alone above.")
+                  .format(reason=reason))
     return {"rows": rows, "reason": reason, "link": chosen.describe(),
             "emulated": emulated, "real": real}
 
@@ -488,7 +492,7 @@ def node_failure(mode: str = "kill", rejoin: bool = True, resume: bool = True,
     test of the error alone needs).
     """
     if mode not in ("kill", "link"):
-        raise ValueError(f"mode is 'kill' or 'link', got {mode!r}.")
+        raise ValueError(_("mode is 'kill' or 'link', got {mode!r}.").format(mode=mode))
     folder = Path(folder or tempfile.mkdtemp(prefix="lab09_nodes_"))
     folder.mkdir(parents=True, exist_ok=True)
     command = torchrun_command(

@@ -23,6 +23,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
+from labkit.messages import _
+
 __all__ = ["P2PError", "bounded"]
 
 OPS = ("send", "recv", "isend", "irecv")
@@ -243,8 +245,9 @@ def bounded(rank: int, wait_s: float, log: list):
     """
     backend = dist.get_backend()
     if backend != "gloo":
-        raise ValueError(f"p2p.bounded runs on gloo (checks launch on gloo), not "
-                         f"{backend}: NCCL matches messages by order, not by tag.")
+        raise ValueError(_("p2p.bounded runs on gloo (checks launch on gloo), not "
+                           "{backend}: NCCL matches messages by order, not by tag."
+                           ).format(backend=backend))
     real = {op: getattr(c10d, op) for op in OPS}
     guard = _Guard(rank, wait_s, log, real)
     stand_ins = {op: getattr(guard, op) for op in OPS}   # one object per op

@@ -11,6 +11,8 @@ per-rank orders.
 import warnings
 from typing import NamedTuple
 
+from labkit.messages import _
+
 __all__ = ["Action", "SCHEDULES", "orders", "schedule", "bubble_theory",
            "bubble_overhead", "bubble_fraction", "peak_activations",
            "check_microbatches", "split_microbatches"]
@@ -49,9 +51,10 @@ def _interleaved(num_stages: int, num_microbatches: int, rank: int, num_chunks: 
     """Interleaved 1F1B (Megatron-LM): rank r holds chunks r, r+p, ...; groups of p."""
     p, m, v = num_stages, num_microbatches, num_chunks
     if m % p:
-        raise ValueError(f"interleaved_1f1b needs num_microbatches ({m}) to be a "
-                         f"multiple of num_stages ({p}): micro-batches go in groups "
-                         "of p.")
+        raise ValueError(_(
+            "interleaved_1f1b needs num_microbatches ({num_microbatches}) to be a "
+            "multiple of num_stages ({num_stages}): micro-batches go in groups of p."
+        ).format(num_microbatches=m, num_stages=p))
 
     def action(kind: str, k: int) -> Action:
         chunk = (k // p) % v
@@ -73,19 +76,21 @@ def _check_counts(num_stages, num_microbatches, num_chunks) -> None:
     for label, value in [("num_stages", num_stages), ("num_chunks", num_chunks),
                          ("num_microbatches", num_microbatches)]:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{label} must be a positive integer, got {value!r}.")
+            raise ValueError(_("{name} must be a positive integer, got {value!r}."
+                               ).format(name=label, value=value))
 
 
 def orders(name: str, num_stages: int, num_microbatches: int,
            num_chunks: int = 1) -> list[list[Action]]:
     """Return each rank's ordered actions for schedule ``name`` (see ``SCHEDULES``)."""
     if name not in SCHEDULES:
-        raise ValueError(f"Unknown schedule {name!r}: choose one of "
-                         f"{', '.join(SCHEDULES)}.")
+        raise ValueError(_("Unknown schedule {name!r}: choose one of {choices}."
+                           ).format(name=name, choices=", ".join(SCHEDULES)))
     _check_counts(num_stages, num_microbatches, num_chunks)
     if num_chunks > 1 and name != "interleaved_1f1b":
-        raise ValueError(f"{name} runs one chunk per rank; num_chunks={num_chunks} "
-                         "needs schedule 'interleaved_1f1b'.")
+        raise ValueError(_("{name} runs one chunk per rank; num_chunks={num_chunks} "
+                           "needs schedule 'interleaved_1f1b'.").format(
+                               name=name, num_chunks=num_chunks))
     build = SCHEDULES[name]
     return [build(num_stages, num_microbatches, rank, num_chunks)
             for rank in range(num_stages)]
@@ -102,7 +107,7 @@ def _ready(action: Action, done: set, last_stage: int) -> bool:
 
 def _simulate(rank_orders: list[list[Action]], last_stage: int) -> list[list]:
     """Place each rank's actions on unit time steps, as early as dependencies allow."""
-    table: list[list] = [[] for _ in rank_orders]
+    table: list[list] = [[] for _order in rank_orders]
     position, done = [0] * len(rank_orders), set()
     while any(pos < len(o) for pos, o in zip(position, rank_orders)):
         finished = []
@@ -114,8 +119,10 @@ def _simulate(rank_orders: list[list[Action]], last_stage: int) -> list[list]:
             table[rank].append(action if action in finished else None)
         if not finished:
             waiting = [str(o[p]) for p, o in zip(position, rank_orders) if p < len(o)]
-            raise RuntimeError(f"Schedule deadlocks at step {len(table[0]) - 1}: every "
-                               f"rank waits ({', '.join(waiting)}); check the orders.")
+            raise RuntimeError(_("Schedule deadlocks at step {step}: every rank waits "
+                                 "({waiting}); check the orders.").format(
+                                     step=len(table[0]) - 1,
+                                     waiting=", ".join(waiting)))
         done.update(finished)
     return table
 
@@ -155,7 +162,7 @@ def bubble_fraction(timeline) -> float:
         slots = [slot for row in timeline for slot in row]
         return sum(slot is None for slot in slots) / len(slots)
     if not timeline:
-        raise ValueError("bubble_fraction needs at least one event or table row.")
+        raise ValueError(_("bubble_fraction needs at least one event or table row."))
     rows = {e.row for e in timeline}
     span = max(e.end for e in timeline) - min(e.start for e in timeline)
     busy = sum(e.end - e.start for e in timeline)
@@ -189,25 +196,29 @@ def check_microbatches(batch_size: int, num_microbatches: int,
     """
     _check_counts(num_stages, num_microbatches, 1)
     if batch_size % num_microbatches:
-        raise ValueError(
-            f"Batch size {batch_size} does not split into {num_microbatches} equal "
-            f"micro-batches ({batch_size} % {num_microbatches} = "
-            f"{batch_size % num_microbatches}). Use a batch size that is a multiple of "
-            f"{num_microbatches}, or a micro-batch count that divides {batch_size}.")
+        raise ValueError(_(
+            "Batch size {batch_size} does not split into {num_microbatches} equal "
+            "micro-batches ({batch_size} % {num_microbatches} = {remainder}). Use a "
+            "batch size that is a multiple of {num_microbatches}, or a micro-batch "
+            "count that divides {batch_size}.").format(
+                batch_size=batch_size, num_microbatches=num_microbatches,
+                remainder=batch_size % num_microbatches))
     if num_microbatches < num_stages:
         bubble = bubble_theory(num_stages, num_microbatches)
-        warnings.warn(
-            f"{num_microbatches} micro-batch(es) for {num_stages} stages: legal, but at "
-            f"least {num_stages - num_microbatches} stage(s) idle at every step; the "
-            f"bubble is {bubble:.0%} of the time. Use num_microbatches >= "
-            f"{4 * num_stages} (4 x stages) to keep it small.", stacklevel=2)
+        warnings.warn(_(
+            "{num_microbatches} micro-batch(es) for {num_stages} stages: legal, but at "
+            "least {idle} stage(s) idle at every step; the bubble is {bubble:.0%} of "
+            "the time. Use num_microbatches >= {enough} (4 x stages) to keep it small."
+        ).format(num_microbatches=num_microbatches, num_stages=num_stages,
+                 idle=num_stages - num_microbatches, bubble=bubble,
+                 enough=4 * num_stages), stacklevel=2)
     return batch_size // num_microbatches
 
 
 def split_microbatches(inputs, targets, num_microbatches: int, num_stages: int = 1):
     """Split a batch into equal (inputs, targets) micro-batches, after checking them."""
     if len(inputs) != len(targets):
-        raise ValueError(f"inputs hold {len(inputs)} samples but targets "
-                         f"{len(targets)}.")
+        raise ValueError(_("inputs hold {inputs} samples but targets {targets}."
+                           ).format(inputs=len(inputs), targets=len(targets)))
     check_microbatches(len(inputs), num_microbatches, num_stages)
     return list(zip(inputs.chunk(num_microbatches), targets.chunk(num_microbatches)))

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from labkit import pipeline, timeline
+from labkit.messages import _
 
 __all__ = ["split_stages", "StageRunner", "run_in_order", "run_on_threads"]
 
@@ -26,8 +27,9 @@ def split_stages(model: nn.Sequential, num_stages: int) -> list[nn.Sequential]:
     """Cut an ``nn.Sequential`` into stages holding equal numbers of weighted layers."""
     weighted = [i for i, layer in enumerate(model) if list(layer.parameters())]
     if not 1 <= num_stages <= len(weighted):
-        raise ValueError(f"Cannot cut {len(weighted)} weighted layer(s) into "
-                         f"{num_stages} stages: use 1 to {len(weighted)} stages.")
+        raise ValueError(_("Cannot cut {layers} weighted layer(s) into {num_stages} "
+                           "stages: use 1 to {layers} stages.").format(
+                               layers=len(weighted), num_stages=num_stages))
     per_stage = [len(weighted) // num_stages + (s < len(weighted) % num_stages)
                  for s in range(num_stages)]
     cuts, taken = [0], 0
@@ -77,8 +79,9 @@ def _setup(stages, inputs, targets, num_microbatches, num_ranks, loss_fn):
 
 def _num_ranks(stages, num_chunks: int) -> int:
     if num_chunks < 1 or len(stages) % num_chunks:
-        raise ValueError(f"{len(stages)} stages do not split into {num_chunks} chunks "
-                         "per rank: pass len(stages) = ranks x num_chunks.")
+        raise ValueError(_("{stages} stages do not split into {num_chunks} chunks per "
+                           "rank: pass len(stages) = ranks x num_chunks.").format(
+                               stages=len(stages), num_chunks=num_chunks))
     return len(stages) // num_chunks
 
 
@@ -124,7 +127,8 @@ def _receive(box: queue.Queue, errors: list, timeout_s: float = 60.0):
         except queue.Empty:
             if errors:
                 raise _Stopped() from None
-    raise TimeoutError(f"no message after {timeout_s:.0f} s: the pipeline is stuck")
+    raise TimeoutError(_("no message after {seconds:.0f} s: the pipeline is "
+                         "stuck").format(seconds=timeout_s))
 
 
 def _thread_main(worker, order, boxes, rank, cost_s, recorder, errors):
@@ -171,5 +175,6 @@ def run_on_threads(stages, inputs, targets, num_microbatches: int, name: str = "
         thread.join()
     if errors:
         rank, err = errors[0]
-        raise RuntimeError(f"pipeline rank {rank} failed: {err!r}") from err
+        raise RuntimeError(_("pipeline rank {rank} failed: {err!r}").format(
+            rank=rank, err=err)) from err
     return sum(workers[-1].losses.values()) / num_microbatches, recorder.events()

@@ -13,6 +13,8 @@ A guess left as ``...`` (or None) is reported as not recorded, never as wrong: a
 prediction is for learning, not for grading.
 """
 
+from labkit.messages import _
+
 __all__ = ["reveal"]
 
 
@@ -29,10 +31,11 @@ def reveal(guess, measured, theory=None, what: str = "", unit: str = "") -> None
 
     It returns nothing, so that as a cell's last line it prints once, not twice.
     """
-    parts = [f"{what}:" if what else "",
-             "your guess " + (_show(guess, unit) if guess not in (None, Ellipsis)
-                              else "(not recorded: set it in the Predict cell above)")]
+    recorded = guess not in (None, Ellipsis)
+    parts = [_("{what}:").format(what=what) if what else "",
+             _("your guess {guess}").format(guess=_show(guess, unit)) if recorded
+             else _("your guess (not recorded: set it in the Predict cell above)")]
     if theory is not None:
-        parts.append(f"theory {_show(theory, unit)}")
-    parts.append(f"measured {_show(measured, unit)}")
+        parts.append(_("theory {theory}").format(theory=_show(theory, unit)))
+    parts.append(_("measured {measured}").format(measured=_show(measured, unit)))
     print(" ".join(parts[:1] + ["  |  ".join(parts[1:])]).strip())

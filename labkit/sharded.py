@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labkit import data, sharding_memory
+from labkit.messages import _
 
 __all__ = ["TrainConfig", "Block", "BlockMLP", "block_mlp", "rank_batches", "ddp_adam",
            "weights"]
@@ -63,8 +64,9 @@ class BlockMLP(nn.Module):
 def block_mlp(width: int = 64, depth: int = 4) -> BlockMLP:
     """Return a BlockMLP; about 8.3 d**2 parameters per block, 795 d in embed+head."""
     if width < 1 or depth < 1:
-        raise ValueError(f"block_mlp needs width >= 1 and depth >= 1, got width="
-                         f"{width}, depth={depth}.")
+        raise ValueError(_("block_mlp needs width >= 1 and depth >= 1, got "
+                           "width={width}, depth={depth}.").format(width=width,
+                                                                   depth=depth))
     return BlockMLP(width, depth)
 
 
@@ -75,8 +77,10 @@ def rank_batches(cfg: TrainConfig, rank: int, world_size: int, device="cpu"):
     r-th contiguous slice of it, so N ranks together see exactly the global batch.
     """
     if cfg.global_batch % world_size:
-        raise ValueError(f"global_batch={cfg.global_batch} does not split evenly over "
-                         f"{world_size} ranks: use a multiple of {world_size}.")
+        raise ValueError(_("global_batch={global_batch} does not split evenly over "
+                           "{world_size} ranks: use a multiple of {world_size}."
+                           ).format(global_batch=cfg.global_batch,
+                                    world_size=world_size))
     images, labels = data.random_batch(cfg.steps * cfg.global_batch, cfg.seed + 1)
     per_rank = cfg.global_batch // world_size
     for step in range(cfg.steps):

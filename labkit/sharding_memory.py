@@ -10,12 +10,16 @@ Memory is in bytes here; the lab prints GiB (2**30 bytes).
 import torch
 from torch.distributed.tensor import DTensor
 
+from labkit.messages import N_, _
+
 __all__ = ["KINDS", "STAGES", "zero_bytes_per_rank", "state_bytes", "per_gpu_bytes",
            "transformer_activation_bytes", "MODEL_SHAPES", "H200_TORCH_GIB"]
 
 KINDS = ("parameters", "gradients", "optimizer states")
-STAGES = {0: "DDP: nothing sharded", 1: "ZeRO-1: optimizer states sharded",
-          2: "ZeRO-2: + gradients sharded", 3: "ZeRO-3 / FSDP: + parameters sharded"}
+# Shown in the learner's language where they are used: _(STAGES[stage]).
+STAGES = {0: N_("DDP: nothing sharded"), 1: N_("ZeRO-1: optimizer states sharded"),
+          2: N_("ZeRO-2: + gradients sharded"),
+          3: N_("ZeRO-3 / FSDP: + parameters sharded")}
 
 # What torch.cuda.get_device_properties(0).total_memory reports on the H200 the course
 # borrows (about 139 GiB); NVIDIA's data sheet says "141 GB". Leave 10-20 % of it for
@@ -35,11 +39,14 @@ MODEL_SHAPES = {
 
 def _check(num_params, world_size, stage) -> None:
     if stage not in STAGES:
-        raise ValueError(f"ZeRO stage must be one of {sorted(STAGES)}, got {stage!r}.")
+        raise ValueError(_("ZeRO stage must be one of {stages}, got {stage!r}.").format(
+            stages=sorted(STAGES), stage=stage))
     if type(world_size) is not int or world_size < 1:   # bool, float: refused
-        raise ValueError(f"world_size must be an int >= 1, got {world_size!r}.")
+        raise ValueError(_("world_size must be an int >= 1, got {world_size!r}."
+                           ).format(world_size=world_size))
     if num_params < 0:
-        raise ValueError(f"num_params must be >= 0, got {num_params}.")
+        raise ValueError(_("num_params must be >= 0, got {num_params}.").format(
+            num_params=num_params))
 
 
 def zero_bytes_per_rank(num_params, world_size: int, stage: int, param_bytes=2,
@@ -97,9 +104,11 @@ def transformer_activation_bytes(layers: int, hidden: int, heads: int, seq_len: 
     one layer's activations at a time.
     """
     if min(layers, hidden, heads, seq_len, micro_batch) < 1:
-        raise ValueError("layers, hidden, heads, seq_len and micro_batch must all be "
-                         f">= 1, got {layers}, {hidden}, {heads}, {seq_len}, "
-                         f"{micro_batch}.")
+        raise ValueError(_("layers, hidden, heads, seq_len and micro_batch must all be "
+                           ">= 1, got {layers}, {hidden}, {heads}, {seq_len}, "
+                           "{micro_batch}.").format(layers=layers, hidden=hidden,
+                                                    heads=heads, seq_len=seq_len,
+                                                    micro_batch=micro_batch))
     s, b, h, a = seq_len, micro_batch, hidden, heads
     per_layer = s * b * h * (34 + 5 * a * s / h)
     if checkpointing:

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from labkit import data, models, p2p, pipeline, timeline, train
+from labkit.messages import _
 from labkit.pipeline_run import split_stages
 
 __all__ = ["Config", "Program", "whole_model", "batch", "requests", "reference",
@@ -57,8 +58,9 @@ class Program:
 
     def __post_init__(self):
         if self.call not in CALLS:
-            raise ValueError(f"Program.call must be one of {', '.join(CALLS)}, got "
-                             f"{self.call!r}.")
+            raise ValueError(_("Program.call must be one of {choices}, got "
+                               "{call!r}.").format(choices=", ".join(CALLS),
+                                                   call=self.call))
 
 
 def whole_model(cfg: Config):

@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from labkit.messages import _
+
 __all__ = ["MLP", "Attention", "Block", "check_divisible", "probe", "unsplit",
            "mlp_blocks", "full_tensors", "saved_activation_bytes", "draw_mlp_split",
            "draw_mesh"]
@@ -70,16 +72,21 @@ class Block(nn.Module):
 
 
 def check_divisible(size: int, world_size: int, what: str = "size",
-                    by: str = "the tensor-parallel degree") -> None:
+                    by: str | None = None) -> None:
     """Raise ValueError, with the numbers, unless ``size`` splits in ``world_size``.
 
-    ``torch.chunk`` would silently hand out uneven blocks (10 rows in 4: 3, 3, 3, 1).
+    ``by`` names ``world_size`` (default: "the tensor-parallel degree", in the
+    learner's language). ``torch.chunk`` would silently hand out uneven blocks (10
+    rows in 4: 3, 3, 3, 1).
     """
     if world_size < 1 or size % world_size:
-        raise ValueError(
-            f"{what} = {size} does not split evenly over {by} = {world_size} "
-            f"({size} / {world_size} = {size / max(world_size, 1):g}): choose sizes "
-            f"divisible by {world_size}, or another degree.")
+        raise ValueError(_(
+            "{what} = {size} does not split evenly over {by} = {world_size} "
+            "({size} / {world_size} = {ratio:g}): choose sizes divisible by "
+            "{world_size}, or another degree.").format(
+                what=what, size=size, world_size=world_size,
+                by=_("the tensor-parallel degree") if by is None else by,
+                ratio=size / max(world_size, 1)))
 
 
 def probe(shape, seed: int = 1) -> torch.Tensor:
@@ -158,6 +165,9 @@ def draw_mlp_split(world_size: int = 2, ax=None):
     per rank: what each rank keeps in the Megatron MLP."""
     import matplotlib.pyplot as plt
 
+    from labkit.timeline import use_cjk_font
+
+    use_cjk_font()
     ax = ax or plt.subplots(figsize=(8, 3))[1]
     hidden, dim, gap = 8, 3, 4   # drawing units: hidden = 4 x dim, as in the MLP
     rows = hidden / world_size
@@ -172,13 +182,13 @@ def draw_mlp_split(world_size: int = 2, ax=None):
                 ha="right")
     ax.annotate("", xy=(dim + gap - 0.3, 4), xytext=(dim + 0.3, 4),
                 arrowprops={"arrowstyle": "->"})
-    ax.text(dim + gap / 2, 4.4, "GELU\nno messages", ha="center", va="bottom",
+    ax.text(dim + gap / 2, 4.4, "GELU\n" + _("no messages"), ha="center", va="bottom",
             fontsize=8)
-    ax.text(dim / 2, -0.4, "fc1.weight (hidden, dim):\nrows = output features",
+    ax.text(dim / 2, -0.4, _("fc1.weight (hidden, dim):\nrows = output features"),
             ha="center", va="top", fontsize=9)
-    ax.text(dim + gap + hidden / 2, 2.1, "fc2.weight (dim, hidden):\ncolumns = input "
-            "features;\npartial sums -> one all-reduce", ha="center", va="top",
-            fontsize=9)
+    ax.text(dim + gap + hidden / 2, 2.1, _("fc2.weight (dim, hidden):\ncolumns = input "
+                                           "features;\npartial sums -> one all-reduce"),
+            ha="center", va="top", fontsize=9)
     ax.set_xlim(-2, dim + gap + hidden + 0.5)
     ax.set_ylim(-1.8, hidden + 0.3)
     ax.set_aspect("equal")
@@ -190,11 +200,14 @@ def draw_mesh(ax=None):
     """Draw 2 nodes x 2 GPUs: TP pairs inside a node (NVLink), DP pairs across nodes."""
     import matplotlib.pyplot as plt
 
+    from labkit.timeline import use_cjk_font
+
+    use_cjk_font()
     ax = ax or plt.subplots(figsize=(6, 3))[1]
     spots = {0: (0, 1), 1: (1.5, 1), 2: (0, -1), 3: (1.5, -1)}   # rank -> (x, y)
     for node, y in ((0, 1), (1, -1)):
         ax.add_patch(plt.Rectangle((-0.6, y - 0.55), 2.7, 1.1, fill=False, ls="--"))
-        ax.text(2.25, y, f"node {node}", va="center")
+        ax.text(2.25, y, _("node {node}").format(node=node), va="center")
     for a, b in ((0, 1), (2, 3)):
         ax.plot(*zip(spots[a], spots[b]), color=RANK_COLOURS[0], lw=4)
     for a, b in ((0, 2), (1, 3)):
@@ -203,9 +216,10 @@ def draw_mesh(ax=None):
         ax.add_patch(plt.Circle((x, y), 0.3, color="white", ec="black", zorder=3))
         ax.text(x, y, f"GPU\nrank {rank}", ha="center", va="center", zorder=4,
                 fontsize=8)
-    ax.plot([], [], color=RANK_COLOURS[0], lw=4, label="TP group: NVLink, every layer")
+    ax.plot([], [], color=RANK_COLOURS[0], lw=4,
+            label=_("TP group: NVLink, every layer"))
     ax.plot([], [], color=RANK_COLOURS[1], lw=2, ls=":",
-            label="DP group: network, once per step")
+            label=_("DP group: network, once per step"))
     ax.legend(loc="upper left", bbox_to_anchor=(1.15, 1), fontsize=8)
     ax.set_xlim(-0.8, 3)
     ax.set_ylim(-1.8, 1.8)

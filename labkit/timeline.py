@@ -8,18 +8,88 @@ the order of forwards and backwards, their times, and the activations held.
 ``draw`` and ``as_text`` also take a ``pipeline.schedule`` table: same picture, no run.
 """
 
+import os
 import time
+import unicodedata
+import warnings
 import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
+from labkit.messages import _, language
+
 __all__ = ["Event", "Recorder", "Watch", "from_table", "draw", "as_text",
-           "busy_overlap"]
+           "busy_overlap", "use_cjk_font"]
 
 COLOURS = {"F": "#4c72b0", "B": "#dd8452"}   # forward blue, backward orange
 IDLE_COLOUR = "#e6e6e6"                       # grey where a row does nothing
+
+# Fonts with Chinese glyphs, best first: matplotlib's own DejaVu Sans has none, and a
+# Chinese title drawn in it is a row of boxes ("Glyph ... missing from font").
+CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans CJK TC",
+             "Source Han Sans SC", "Source Han Sans CN", "WenQuanYi Zen Hei",
+             "WenQuanYi Micro Hei", "Droid Sans Fallback", "SimHei", "Microsoft YaHei",
+             "PingFang SC", "Heiti SC", "Arial Unicode MS")
+_CJK_FILES = ("CJK", "SourceHan", "wqy", "WenQuanYi", "DroidSansFallback")
+_cjk_found: list | None = None   # the CJK fonts matplotlib knows, once looked up
+
+
+def _installed_cjk_fonts() -> list:
+    """Return the names in ``CJK_FONTS`` matplotlib can use, best first.
+
+    matplotlib's font cache is built once; fonts installed after it (apt install
+    fonts-noto-cjk) are missing from it, so the system's CJK files are added then.
+    """
+    global _cjk_found
+    if _cjk_found is None:
+        from matplotlib import font_manager
+
+        def known() -> list:
+            names = {font.name for font in font_manager.fontManager.ttflist}
+            return [name for name in CJK_FONTS if name in names]
+
+        found = known()
+        if not found:
+            for path in font_manager.findSystemFonts():
+                if any(tag in os.path.basename(path) for tag in _CJK_FILES):
+                    try:
+                        font_manager.fontManager.addfont(path)
+                    except (OSError, RuntimeError, ValueError):
+                        pass   # a file FreeType cannot read: skip it
+            found = known()
+        _cjk_found = found
+    return _cjk_found
+
+
+def use_cjk_font() -> list:
+    """In a language other than English, put a CJK font first in matplotlib's sans-serif
+    fallback (and draw "-" as a hyphen, which every CJK font has); return the CJK fonts
+    put first. Every labkit function that draws calls it; warns once without one.
+    """
+    if language() == "en":
+        return []
+    import matplotlib as mpl
+
+    found = _installed_cjk_fonts()
+    if not found:
+        if not getattr(use_cjk_font, "warned", False):
+            use_cjk_font.warned = True
+            warnings.warn(_("Chinese labels need a CJK font: apt install "
+                            "fonts-noto-cjk"), stacklevel=2)
+        return []
+    current = list(mpl.rcParams["font.sans-serif"])
+    if current[:len(found)] != found:
+        mpl.rcParams["font.sans-serif"] = found + [f for f in current if f not in found]
+    mpl.rcParams["axes.unicode_minus"] = False
+    return found
+
+
+def _ljust(text: str, width: int) -> str:
+    """``text`` padded to ``width`` columns of a terminal (a CJK character is two)."""
+    used = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+    return text + " " * max(width - used, 0)
 
 
 @dataclass(frozen=True)
@@ -69,8 +139,8 @@ class Recorder:
     def record(self, kind: str, microbatch: int = 0, row: int | None = None):
         """Time the body of a ``with`` block as one event of ``kind`` ("F" or "B")."""
         if kind not in COLOURS:
-            raise ValueError(f"kind must be 'F' (forward) or 'B' (backward), got "
-                             f"{kind!r}.")
+            raise ValueError(_("kind must be 'F' (forward) or 'B' (backward), got "
+                               "{kind!r}.").format(kind=kind))
         row = self.row if row is None else row
         start = self._cuda_event() if self.cuda else time.perf_counter()
         yield
@@ -115,18 +185,22 @@ def _as_events(timeline) -> tuple[list[Event], bool]:
     if timeline and isinstance(timeline[0], list):
         return from_table(timeline), True
     if not timeline:
-        raise ValueError("Nothing to draw: the timeline holds no events.")
+        raise ValueError(_("Nothing to draw: the timeline holds no events."))
     return list(timeline), False
 
 
-def draw(timeline, ax=None, title: str | None = None, row_label: str = "stage"):
+def draw(timeline, ax=None, title: str | None = None, row_label: str | None = None):
     """Draw a Gantt chart: one row per stage, forward blue, backward orange, idle grey.
 
     ``timeline`` is a list of ``Event``s (time in ms from the first start) or a
-    schedule table (time in steps). Returns the matplotlib Axes.
+    schedule table (time in steps). ``row_label`` names the rows ("rank"; default:
+    "stage", in the learner's language). Returns the matplotlib Axes.
     """
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
+
+    use_cjk_font()
+    row_label = _("stage") if row_label is None else row_label
 
     events, is_table = _as_events(timeline)
     origin = min(e.start for e in events)
@@ -134,7 +208,7 @@ def draw(timeline, ax=None, title: str | None = None, row_label: str = "stage"):
     span = (max(e.end for e in events) - origin) * scale
     rows = sorted({e.row for e in events})
     if ax is None:
-        _, ax = plt.subplots(figsize=(10, 0.5 + 0.45 * len(rows)))
+        _fig, ax = plt.subplots(figsize=(10, 0.5 + 0.45 * len(rows)))
     for row in rows:
         ax.barh(row, span, left=0, height=0.8, color=IDLE_COLOUR)
     for e in events:
@@ -147,10 +221,10 @@ def draw(timeline, ax=None, title: str | None = None, row_label: str = "stage"):
     ax.set_yticks(rows, [f"{row_label} {r}" for r in rows])
     ax.invert_yaxis()
     ax.set_xlim(0, span)
-    ax.set_xlabel("time step" if is_table else "time (ms)")
-    ax.legend(handles=[Patch(color=COLOURS["F"], label="forward"),
-                       Patch(color=COLOURS["B"], label="backward"),
-                       Patch(color=IDLE_COLOUR, label="idle (bubble)")],
+    ax.set_xlabel(_("time step") if is_table else _("time (ms)"))
+    ax.legend(handles=[Patch(color=COLOURS["F"], label=_("forward")),
+                       Patch(color=COLOURS["B"], label=_("backward")),
+                       Patch(color=IDLE_COLOUR, label=_("idle (bubble)"))],
               loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     if title:
         ax.set_title(title)
@@ -160,7 +234,7 @@ def draw(timeline, ax=None, title: str | None = None, row_label: str = "stage"):
 def as_text(table: list[list]) -> str:
     """Render a rank x step table as text: one line per step, one column per rank."""
     if not table or not isinstance(table[0], list):
-        raise ValueError("as_text takes a rank x step table from pipeline.schedule.")
+        raise ValueError(_("as_text takes a rank x step table from pipeline.schedule."))
     interleaved = any(a is not None and a.stage != rank
                       for rank, row in enumerate(table) for a in row)
 
@@ -169,7 +243,8 @@ def as_text(table: list[list]) -> str:
             return "."
         return f"{action.stage}{action}" if interleaved else str(action)
 
-    lines = ["step " + "".join(f"rank {r:<3}" for r in range(len(table)))]
+    ranks = "".join(f"rank {r:<3}" for r in range(len(table)))
+    lines = [_ljust(_("step"), 4) + " " + ranks]
     for step in range(max(len(row) for row in table)):
         slots = [row[step] if step < len(row) else None for row in table]
         lines.append(f"{step:>4} " + "".join(f"{cell(a):<8}" for a in slots))

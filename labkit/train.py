@@ -15,6 +15,7 @@ from tqdm.auto import tqdm as _auto_tqdm
 from tqdm.std import tqdm as _text_tqdm
 
 from labkit import hardware
+from labkit.messages import _
 
 __all__ = ["train_step", "evaluate", "History", "fit", "LivePlot", "synchronize"]
 
@@ -87,7 +88,9 @@ def fit(
     for epoch in range(epochs):
         synchronize(device)
         start, drawing = time.perf_counter(), 0.0
-        bar = _progress(make_batches(epoch), max_steps, f"epoch {epoch + 1}/{epochs}")
+        bar = _progress(make_batches(epoch), max_steps,
+                        _("epoch {epoch}/{epochs}").format(epoch=epoch + 1,
+                                                           epochs=epochs))
         for step, (images, labels) in enumerate(bar):
             if max_steps is not None and step >= max_steps:
                 break
@@ -106,9 +109,12 @@ def fit(
         if live:
             live.update(history)
     print(
-        f"{epochs} epoch(s), {history.images} images in {history.seconds:.1f} s: "
-        f"{history.images_per_second:,.0f} images/s on {device}, "
-        f"test accuracy {history.accuracies[-1]:.2%}"
+        _("{epochs} epoch(s), {images} images in {seconds:.1f} s: "
+          "{images_per_second:,.0f} images/s on {device}, "
+          "test accuracy {accuracy:.2%}").format(
+              epochs=epochs, images=history.images, seconds=history.seconds,
+              images_per_second=history.images_per_second, device=device,
+              accuracy=history.accuracies[-1])
     )
     return history
 
@@ -136,6 +142,9 @@ class LivePlot:
     def __init__(self):
         import matplotlib.pyplot as plt
 
+        from labkit.timeline import use_cjk_font
+
+        use_cjk_font()
         self.fig, (self.ax_loss, self.ax_acc) = plt.subplots(1, 2, figsize=(9, 3))
         plt.close(self.fig)  # shown through the display handle only, not twice
         self.handle = None
@@ -147,12 +156,12 @@ class LivePlot:
 
         self.ax_loss.clear()
         self.ax_loss.plot(history.losses, lw=0.8)
-        self.ax_loss.set(xlabel="step", ylabel="training loss", yscale="log")
+        self.ax_loss.set(xlabel=_("step"), ylabel=_("training loss"), yscale="log")
         self.ax_acc.clear()
         self.ax_acc.plot(
             range(1, len(history.accuracies) + 1), history.accuracies, "o-"
         )
-        self.ax_acc.set(xlabel="epoch", ylabel="test accuracy")
+        self.ax_acc.set(xlabel=_("epoch"), ylabel=_("test accuracy"))
         self.ax_acc.xaxis.get_major_locator().set_params(integer=True)
         self.fig.tight_layout()
         if get_ipython() is None:

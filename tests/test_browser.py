@@ -12,6 +12,7 @@ Chromium: `apt-get install -y chromium` (.ci/run does it when missing).
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -68,18 +69,20 @@ ALL_RAN = """() => {
 }"""
 
 
-def _lab_copy(folder: Path) -> Path:
-    """Copy a lab: the cells before its first exercise, then the progress cell."""
-    labs = sorted(ROOT.glob("labs/*.ipynb"))
+def _lab_copy(folder: Path, edition: str = "") -> Path:
+    """Copy a lab (of ``edition``: "" English, "zh_CN" the Chinese one, in a folder of
+    that name as in labs/): the cells before its first exercise, then the progress cell."""
+    labs = sorted((ROOT / "labs" / edition).glob("*.ipynb"))
     if not labs:
-        pytest.fail("no notebook in labs/: run `labkit build-labs`")
+        pytest.fail(f"no notebook in labs/{edition}: run `labkit build-labs`")
     source = next((p for p in labs if p.name.startswith("01_")), labs[0])
     nb = nbformat.read(source, as_version=4)
     stubs = [i for i, cell in enumerate(nb.cells)
              if "raise NotImplementedError" in cell.source]
     first = stubs[0] if stubs else len(nb.cells)
     nb.cells = nb.cells[:first] + [nbformat.v4.new_code_cell(PROGRESS_CELL)]
-    target = folder / source.name
+    target = folder / edition / source.name
+    target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, target)
     return target
 
@@ -111,13 +114,14 @@ def _wait_for_server(url: str, server: subprocess.Popen, seconds: float = 90) ->
     pytest.fail(f"jupyter lab did not answer {url} within {seconds} s")
 
 
-@pytest.fixture
-def lab_server(tmp_path):
-    """JupyterLab on a free localhost port with a token, serving a temporary folder."""
+@pytest.fixture(params=["", "zh_CN"], ids=["english", "chinese"])
+def lab_server(tmp_path, request):
+    """JupyterLab on a free localhost port with a token, serving a temporary folder
+    with a copy of lab 01 of one edition (English, or Chinese in zh_CN/)."""
     port, token = _free_port(), os.urandom(16).hex()
     course, log = tmp_path / "course", tmp_path / "jupyter.log"
     course.mkdir()
-    notebook = _lab_copy(course)
+    notebook = _lab_copy(course, request.param)
     env = {**os.environ, "LABKIT_QUICK": "1", "LABKIT_OFFLINE": "1",
            "JUPYTERLAB_SETTINGS_DIR": str(_settings(tmp_path / "settings")),
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
@@ -135,7 +139,8 @@ def lab_server(tmp_path):
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_for_server(f"{base}/api/status?token={token}", server)
-        yield {"url": f"{base}/lab/tree/{notebook.name}?token={token}", "log": log}
+        yield {"url": f"{base}/lab/tree/{notebook.relative_to(course)}?token={token}",
+               "log": log, "edition": request.param}
     finally:
         _shutdown(server, f"{base}/api/shutdown", token)
 
@@ -193,6 +198,7 @@ def test_lab_runs_in_chromium_with_widget_progress_bar(lab_server):
     """Does a lab run in JupyterLab in Chromium, with labkit's bar as a real widget?"""
     playwright_api = _browser_or_skip()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    edition = lab_server["edition"]
     with playwright_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
                                      args=CHROMIUM_FLAGS)
@@ -207,7 +213,11 @@ def test_lab_runs_in_chromium_with_widget_progress_bar(lab_server):
             page.wait_for_function(ALL_RAN, timeout=120_000, polling=250)
             page.wait_for_function(KERNEL_IDLE, timeout=60_000)
             page.locator(".jp-CodeCell").last.scroll_into_view_if_needed()
-            page.screenshot(path=str(ARTIFACTS / "lab.png"))
+            page.screenshot(path=str(ARTIFACTS / f"lab{edition and '-' + edition}.png"))
+            page.locator(".jp-MarkdownCell").first.scroll_into_view_if_needed()
+            header = page.locator(".jp-MarkdownCell").first.inner_text()
+            if edition:   # the header, where the glyphs are seen
+                page.screenshot(path=str(ARTIFACTS / f"lab-{edition}-header.png"))
             seen = set(page.evaluate("[...window.__widgetClasses]"))
             outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
             errors = page.locator(
@@ -219,5 +229,23 @@ def test_lab_runs_in_chromium_with_widget_progress_bar(lab_server):
     for bad in ("Error displaying widget", "IProgress not found", "Traceback"):
         assert bad not in text, f"{bad!r} in the outputs:\n{text}"
     assert "widget-hprogress" in seen, f"no progress widget; saw {sorted(seen)}"
+    if edition:   # the Chinese lab: its text, and labkit's own lines, in Chinese
+        assert header.startswith("实验 01"), header[:200]
+        assert "模式：快速" in text, "begin() did not speak Chinese in labs/zh_CN/"
+        return
     assert "Mode: QUICK" in text, "the setup cell's labkit.begin() output is missing"
     assert "images/s on cpu" in text or "images/s on cuda" in text, text
+
+
+def test_a_cjk_font_is_there_for_the_chinese_edition():
+    """Chromium and matplotlib draw Chinese with a CJK font (fonts-noto-cjk), not
+    boxes: is one installed where the browser test runs?"""
+    fonts = subprocess.run(["fc-list", ":lang=zh", "family"], capture_output=True,
+                           text=True).stdout if shutil.which("fc-list") else ""
+    if not fonts.strip():
+        message = ("no CJK font: install fonts-noto-cjk (apt-get install -y "
+                   "fonts-noto-cjk; .ci/run does this in CI)")
+        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+            pytest.fail(f"CI is set and {message}")
+        pytest.skip(message)
+    assert "Noto" in fonts or "CJK" in fonts, fonts

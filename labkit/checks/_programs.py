@@ -23,8 +23,11 @@ from pathlib import Path
 
 from labkit import _spawn, launch
 from labkit.checks._core import ExerciseFailed
+from labkit.messages import N_, _
 
 __all__ = ["load_program", "launch_program", "run_command", "first_difference"]
+
+IN_YOUR_CODE = N_("\nIn your code:\n{where}")   # the learner's lines of a traceback
 
 
 def load_program(path) -> object:
@@ -35,9 +38,10 @@ def load_program(path) -> object:
     """
     path = Path(path)
     if not path.exists():
-        raise ExerciseFailed(
-            f"{path} does not exist yet: run the `%%writefile {path.name}` cell above "
-            "first (it writes the file), then this one.")
+        raise ExerciseFailed(_(
+            "{path} does not exist yet: run the `%%writefile {filename}` cell above "
+            "first (it writes the file), then this one.").format(path=path,
+                                                                 filename=path.name))
     folder, name = str(path.resolve().parent), path.stem
     if sys.path[0] != folder:
         sys.path.insert(0, folder)
@@ -47,12 +51,15 @@ def load_program(path) -> object:
     try:
         return importlib.import_module(name)
     except NotImplementedError:
-        raise ExerciseFailed(f"{path.name}: not done yet. Replace `raise "
-                             "NotImplementedError()` with your code.") from None
+        raise ExerciseFailed(_("{filename}: not done yet. Replace `raise "
+                               "NotImplementedError()` with your code.").format(
+                                   filename=path.name)) from None
     except Exception as err:   # SyntaxError, NameError at import: say where
-        raise ExerciseFailed(
-            f"{path.name} does not import: {type(err).__name__}: {err}. Fix the "
-            f"`%%writefile {path.name}` cell and run it again.") from None
+        raise ExerciseFailed(_(
+            "{filename} does not import: {error_type}: {error}. Fix the "
+            "`%%writefile {filename}` cell and run it again.").format(
+                filename=path.name, error_type=type(err).__name__,
+                error=err)) from None
 
 
 def _is_stub(traceback_text: str) -> bool:
@@ -95,22 +102,26 @@ def launch_program(exercise: str, worker, world_size: int = 2, args: tuple = (),
         return launch.run(worker, world_size, args=args, timeout=timeout, **kwargs)
     except launch.WorkerError as err:
         if _is_stub(err.traceback):
-            raise ExerciseFailed(
-                f"{exercise}: not done yet (rank {err.rank} reached `raise "
-                f"NotImplementedError()` in {filename}). Write that function body, "
-                "run its cell, then this one.") from None
+            raise ExerciseFailed(_(
+                "{exercise}: not done yet (rank {rank} reached `raise "
+                "NotImplementedError()` in {filename}). Write that function body, "
+                "run its cell, then this one.").format(
+                    exercise=exercise, rank=err.rank, filename=filename)) from None
         last = err.traceback.strip().splitlines()[-1]
         where = _learner_lines(err.traceback, filename)
         hint = explain(err.traceback) if explain else None
         raise ExerciseFailed(
-            f"{exercise}: rank {err.rank} raised {last}"
-            + (f"\nIn your code:\n{where}" if where else "")
+            _("{exercise}: rank {rank} raised {last}").format(
+                exercise=exercise, rank=err.rank, last=last)
+            + (_(IN_YOUR_CODE).format(where=where) if where else "")
             + (f"\n{hint}" if hint else "")) from None
     except (launch.CollectiveTimeout, launch.DeadlineExceeded) as err:
-        raise ExerciseFailed(
-            f"{exercise}: rank(s) {err.ranks} waited more than {timeout:g} s for the "
+        raise ExerciseFailed(_(
+            "{exercise}: rank(s) {ranks} waited more than {timeout:g} s for the "
             "others: some rank called a collective (or send/recv) that the others "
-            f"never matched. {hang_hint}".rstrip()) from None
+            "never matched. {hint}").format(exercise=exercise, ranks=err.ranks,
+                                            timeout=timeout,
+                                            hint=hang_hint).rstrip()) from None
 
 
 def first_difference(want: dict, got: dict, atol: float) -> tuple | None:

@@ -18,7 +18,8 @@ from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from labkit.checks._core import ExerciseFailed
-from labkit.checks._programs import _learner_lines
+from labkit.checks._programs import IN_YOUR_CODE, _learner_lines
+from labkit.messages import _
 
 __all__ = ["Call", "Seen", "call", "spies"]
 
@@ -61,20 +62,23 @@ def call(name: str, filename: str, fn, *args, grad: bool = True,
     watched.start()
     watched.join(timeout)
     if watched.is_alive():
-        raise ExerciseFailed(
-            f"{name}: {fn.__name__} did not return within {timeout:g} s. Is it "
+        raise ExerciseFailed(_(
+            "{exercise}: {function} did not return within {timeout:g} s. Is it "
             "waiting for a thread that never ends, or for a result that a failed "
-            "replica never delivers (a queue.get() per replica)?")
+            "replica never delivers (a queue.get() per replica)?").format(
+                exercise=name, function=fn.__name__, timeout=timeout))
     if done.error is None or errors:
         return done
     if _not_done(done.error):
-        raise ExerciseFailed(f"{name}: not done yet. Replace `raise "
-                             f"NotImplementedError()` in {filename} with your code, "
-                             "run its cell, then this one.")
+        raise ExerciseFailed(_("{exercise}: not done yet. Replace `raise "
+                               "NotImplementedError()` in {filename} with your code, "
+                               "run its cell, then this one.").format(
+                                   exercise=name, filename=filename))
     where = _learner_lines(done.traceback, filename)
-    raise ExerciseFailed(f"{name}: {fn.__name__} raised {type(done.error).__name__}: "
-                         f"{done.error}"
-                         + (f"\nIn your code:\n{where}" if where else ""))
+    raise ExerciseFailed(_("{exercise}: {function} raised {error_type}: {error}").format(
+                             exercise=name, function=fn.__name__,
+                             error_type=type(done.error).__name__, error=done.error)
+                         + (_(IN_YOUR_CODE).format(where=where) if where else ""))
 
 
 @dataclass

@@ -27,6 +27,7 @@ from labkit import data, local_sgd, models
 from labkit.checks._core import ExerciseFailed, passed
 from labkit.checks._reference import use_reference
 from labkit.checks._programs import first_difference, launch_program, load_program
+from labkit.messages import N_, _
 
 __all__ = ["use_reference", "allreduce_timing", "cast_hook", "local_sgd_worker",
            "HOOK_TOLERANCE",
@@ -38,8 +39,9 @@ HICCUP_S = 0.2   # and ONE timed call of the first size this much more, on every
 # fp16 keeps 11 significant bits, bf16 8: a cast, a sum and a cast back stay inside.
 HOOK_TOLERANCE = {"float16": 2e-3, "bfloat16": 1e-2}
 LARGE_GRADIENT = 4e4   # fp16's largest value is 65504: a sum of two of these is inf
-NOT_CHECKED_CUDA = ("Not checked here: the CUDA branch (the check's ranks are gloo CPU "
-                    "processes)")
+# translated where used: _(NOT_CHECKED_CUDA)
+NOT_CHECKED_CUDA = N_("Not checked here: the CUDA branch (the check's ranks are gloo CPU "
+                      "processes)")
 
 
 @contextmanager
@@ -125,43 +127,50 @@ def _timing_hint_sizes(name, times, calls: dict, sizes) -> None:
     """Fail unless every size came back, and the tensors had those sizes."""
     if not isinstance(times, dict) or sorted(times) != sorted(sizes):
         got = sorted(times) if isinstance(times, dict) else type(times).__name__
-        raise ExerciseFailed(f"{name}: return {{n_bytes: seconds}} with one entry per "
-                             f"size in `sizes` ({list(sizes)}); got {got}.")
+        raise ExerciseFailed(_("{name}: return {{n_bytes: seconds}} with one entry per "
+                               "size in `sizes` ({sizes}); got {got}.").format(
+                                   name=name, sizes=list(sizes), got=got))
     bad = [v for v in times.values() if not isinstance(v, (int, float)) or v <= 0]
     if bad:
-        raise ExerciseFailed(f"{name}: every time must be a positive number of "
-                             f"seconds (a float), got {bad[0]!r}.")
+        raise ExerciseFailed(_("{name}: every time must be a positive number of "
+                               "seconds (a float), got {value!r}.").format(name=name,
+                                                                          value=bad[0]))
     if sorted(calls) != sorted(sizes):
         quadruple = sorted(calls) == sorted(4 * n for n in sizes)
-        raise ExerciseFailed(
-            f"{name}: the tensors you all-reduced held {sorted(calls)} bytes, the "
-            f"sizes asked for were {list(sizes)} bytes. " + (
-                "Sizes are in bytes and a float32 holds 4: make the tensor "
-                "torch.ones(n_bytes // 4)." if quadruple else
-                "Make one float32 tensor of n_bytes // 4 elements per size."))
+        hint = (_("Sizes are in bytes and a float32 holds 4: make the tensor "
+                  "torch.ones(n_bytes // 4).") if quadruple else
+                _("Make one float32 tensor of n_bytes // 4 elements per size."))
+        raise ExerciseFailed(_(
+            "{name}: the tensors you all-reduced held {held} bytes, the sizes asked "
+            "for were {sizes} bytes. {hint}").format(name=name, held=sorted(calls),
+                                                     sizes=list(sizes), hint=hint))
 
 
 def _timing_hint_calls(name, calls: dict, barriers: list, iters, warmup) -> None:
     """Fail unless each size had warm-up + timed calls and a barrier in between."""
     for n_bytes, starts in sorted(calls.items()):
         if len(starts) == iters:
-            raise ExerciseFailed(
-                f"{name}: {n_bytes} B was all-reduced {iters} times, all timed: warm "
-                f"up first ({warmup} untimed calls). The first calls pay for "
+            raise ExerciseFailed(_(
+                "{name}: {n_bytes} B was all-reduced {iters} times, all timed: warm "
+                "up first ({warmup} untimed calls). The first calls pay for "
                 "connections and buffers (on GPUs, NCCL's set-up) and are not the "
-                "steady state nccl-tests reports.")
+                "steady state nccl-tests reports.").format(
+                    name=name, n_bytes=n_bytes, iters=iters, warmup=warmup))
         if len(starts) != iters + warmup:
-            raise ExerciseFailed(
-                f"{name}: {n_bytes} B was all-reduced {len(starts)} times; expected "
-                f"{warmup} warm-up + {iters} timed = {warmup + iters} calls per size.")
+            raise ExerciseFailed(_(
+                "{name}: {n_bytes} B was all-reduced {calls} times; expected "
+                "{warmup} warm-up + {iters} timed = {total} calls per size.").format(
+                    name=name, n_bytes=n_bytes, calls=len(starts), warmup=warmup,
+                    iters=iters, total=warmup + iters))
         if not any(starts[warmup - 1] < t < starts[warmup] for t in barriers):
             where = ("" if not any(t < starts[0] for t in barriers) else
-                     " (yours comes before the warm-up: after it, the ranks can be "
-                     "out of step again)")
-            raise ExerciseFailed(
-                f"{name}: no dist.barrier() between the warm-up and the timed calls of "
-                f"{n_bytes} B{where}. Without it one rank starts its clock while the "
-                "other is still busy, and the first timed call includes that wait.")
+                     _(" (yours comes before the warm-up: after it, the ranks can be "
+                       "out of step again)"))
+            raise ExerciseFailed(_(
+                "{name}: no dist.barrier() between the warm-up and the timed calls of "
+                "{n_bytes} B{where}. Without it one rank starts its clock while the "
+                "other is still busy, and the first timed call includes that wait."
+            ).format(name=name, n_bytes=n_bytes, where=where))
 
 
 def _spans(spans: list, ends: list, iters: int) -> dict:
@@ -186,47 +195,60 @@ def _timing_hint_values(name, times, measured: dict, iters) -> None:
         if seconds <= high and seconds >= 0.5 * m["median"]:
             continue
         if 200 < ratio < 5000:
-            raise ExerciseFailed(f"{name}: {n_bytes} B took {m['median'] * 1e3:.3f} ms "
-                                 f"per call but you returned {seconds!r}: return "
-                                 "seconds, not milliseconds.")
+            raise ExerciseFailed(_("{name}: {n_bytes} B took {per_call_ms:.3f} ms "
+                                   "per call but you returned {seconds!r}: return "
+                                   "seconds, not milliseconds.").format(
+                                       name=name, n_bytes=n_bytes,
+                                       per_call_ms=m["median"] * 1e3, seconds=seconds))
         # Too long: the nearer (by ratio) of the calls' total and their slowest one.
         total = iters * m["mean"]
         nearest = min((abs(math.log(seconds / total)), "total"),
                       (abs(math.log(seconds / m["max"])), "max"))
         if seconds > high and nearest[1] == "total" and nearest[0] < math.log(2):
-            raise ExerciseFailed(
-                f"{name}: for {n_bytes} B you returned {seconds * 1e3:.3f} ms, about "
-                f"{seconds / m['mean']:.0f} calls' worth ({m['mean'] * 1e3:.3f} ms "
+            raise ExerciseFailed(_(
+                "{name}: for {n_bytes} B you returned {returned_ms:.3f} ms, about "
+                "{calls:.0f} calls' worth ({per_call_ms:.3f} ms "
                 "each): divide the block's time by the number of calls (nccl-tests' "
-                "mean) or return the median of the per-call times, not the total.")
+                "mean) or return the median of the per-call times, not the total."
+            ).format(name=name, n_bytes=n_bytes, returned_ms=seconds * 1e3,
+                     calls=seconds / m["mean"], per_call_ms=m["mean"] * 1e3))
         if seconds > high and nearest[1] == "max" and nearest[0] < math.log(1.25):
-            raise ExerciseFailed(
-                f"{name}: the check made ONE of the {iters} timed calls of {n_bytes} B "
-                f"{HICCUP_S * 1e3:.0f} ms slow (a hiccup: another process, a page "
-                f"fault). You returned {seconds * 1e3:.1f} ms: the slowest call (the "
+            raise ExerciseFailed(_(
+                "{name}: the check made ONE of the {iters} timed calls of {n_bytes} B "
+                "{hiccup_ms:.0f} ms slow (a hiccup: another process, a page "
+                "fault). You returned {returned_ms:.1f} ms: the slowest call (the "
                 "max). Return the median of the per-call times (it ignores the "
-                "hiccup) or the mean of a block of calls (nccl-tests: it spreads it).")
+                "hiccup) or the mean of a block of calls (nccl-tests: it spreads it)."
+            ).format(name=name, iters=iters, n_bytes=n_bytes, hiccup_ms=HICCUP_S * 1e3,
+                     returned_ms=seconds * 1e3))
         if seconds > high:
-            raise ExerciseFailed(
-                f"{name}: for {n_bytes} B you returned {seconds * 1e3:.3f} ms, "
-                f"{seconds / m['mean']:.1f}x what one call took "
-                f"({m['mean'] * 1e3:.3f} ms on average, timed by the check): time "
-                "only the timed all-reduces, and divide by their number.")
-        raise ExerciseFailed(
-            f"{name}: for {n_bytes} B you returned {seconds * 1e6:.1f} us, less "
-            f"than one call takes ({m['median'] * 1e6:.1f} us): stop the clock after "
-            "dist.all_reduce returns (on GPUs, after torch.cuda.synchronize()).")
+            raise ExerciseFailed(_(
+                "{name}: for {n_bytes} B you returned {returned_ms:.3f} ms, "
+                "{ratio:.1f}x what one call took "
+                "({per_call_ms:.3f} ms on average, timed by the check): time "
+                "only the timed all-reduces, and divide by their number.").format(
+                    name=name, n_bytes=n_bytes, returned_ms=seconds * 1e3,
+                    ratio=seconds / m["mean"], per_call_ms=m["mean"] * 1e3))
+        raise ExerciseFailed(_(
+            "{name}: for {n_bytes} B you returned {returned_us:.1f} us, less "
+            "than one call takes ({per_call_us:.1f} us): stop the clock after "
+            "dist.all_reduce returns (on GPUs, after torch.cuda.synchronize())."
+        ).format(name=name, n_bytes=n_bytes, returned_us=seconds * 1e6,
+                 per_call_us=m["median"] * 1e6))
 
 
 def _which_statistic(times, measured: dict, hiccup_size: int) -> str:
     """Name what the learner returned for the size with the hiccup."""
     m, seconds = measured[hiccup_size], times[hiccup_size]
     if seconds < math.sqrt(m["median"] * m["mean"]):
-        return (f"a per-call median ({seconds * 1e3:.1f} ms for {hiccup_size} B: the "
-                f"{HICCUP_S * 1e3:.0f} ms hiccup ignored)")
-    return (f"a mean over the calls, as nccl-tests reports ({seconds * 1e3:.1f} ms for "
-            f"{hiccup_size} B: the {HICCUP_S * 1e3:.0f} ms hiccup spread over the "
-            "calls)")
+        return _("a per-call median ({returned_ms:.1f} ms for {n_bytes} B: the "
+                 "{hiccup_ms:.0f} ms hiccup ignored)").format(
+                     returned_ms=seconds * 1e3, n_bytes=hiccup_size,
+                     hiccup_ms=HICCUP_S * 1e3)
+    return _("a mean over the calls, as nccl-tests reports ({returned_ms:.1f} ms for "
+             "{n_bytes} B: the {hiccup_ms:.0f} ms hiccup spread over the "
+             "calls)").format(returned_ms=seconds * 1e3, n_bytes=hiccup_size,
+                              hiccup_ms=HICCUP_S * 1e3)
 
 
 def allreduce_timing(path="allreduce_timing.py", sizes=(4, 1024, 65536, 2**20),
@@ -237,31 +259,34 @@ def allreduce_timing(path="allreduce_timing.py", sizes=(4, 1024, 65536, 2**20),
     ranks = launch_program(
         name, spied_timing, 2, args=(module.__name__, tuple(sizes), iters, warmup),
         module=module.__name__, timeout=60,
-        hang_hint="Does every rank call the same all-reduces and barriers (no `if "
-                  "ctx.rank == 0:` around a collective)?")
+        hang_hint=_("Does every rank call the same all-reduces and barriers (no `if "
+                    "ctx.rank == 0:` around a collective)?"))
     said = []
     for rank, result in enumerate(ranks):
         events = result["events"]
         calls, spans, ends = {}, {}, {}
-        for kind, n_bytes, start, end, _ in events:
+        for kind, n_bytes, start, end, _dtype in events:
             if kind == "all_reduce":
                 calls.setdefault(n_bytes, []).append(start)
                 spans.setdefault(n_bytes, []).append(end - start)
                 ends.setdefault(n_bytes, []).append(end)
-        barriers = [start for kind, _, start, *_ in events if kind == "barrier"]
+        barriers = [start for kind, _size, start, *_rest in events if kind == "barrier"]
         try:
             _timing_hint_sizes(name, result["times"], calls, sizes)
             _timing_hint_calls(name, calls, barriers, iters, warmup)
             measured = {n: _spans(spans[n], ends[n], iters) for n in calls}
             _timing_hint_values(name, result["times"], measured, iters)
         except ExerciseFailed as err:
-            raise ExerciseFailed(f"rank {rank}: {err}") from None
+            raise ExerciseFailed(_("rank {rank}: {error}").format(rank=rank, error=err)
+                                 ) from None
         hiccup_size = min(calls, key=lambda n: calls[n][0])   # the first size timed
         said.append(_which_statistic(result["times"], measured, hiccup_size))
-    passed(name, f"warm-up, barrier and {iters} timed calls for {len(sizes)} sizes on "
-                 f"both ranks; rank 0 returned {said[0]}. Both a per-call median and "
-                 f"a batched mean are right. {NOT_CHECKED_CUDA}: synchronize before "
-                 "you read the clock.")
+    passed(name, _("warm-up, barrier and {iters} timed calls for {sizes} sizes on "
+                   "both ranks; rank 0 returned {statistic}. Both a per-call median and "
+                   "a batched mean are right. {not_checked}: synchronize before "
+                   "you read the clock.").format(iters=iters, sizes=len(sizes),
+                                                 statistic=said[0],
+                                                 not_checked=_(NOT_CHECKED_CUDA)))
 
 
 # ---------------------------------------------------------------- exercise 6.2
@@ -276,8 +301,8 @@ def _wrap_hook(learner_hook, facts: dict):
     def hook(state, bucket):
         fut = learner_hook(state, bucket)
         if not isinstance(fut, torch._C.Future):   # what get_future() returns
-            raise _CheckStop(f"labkit check: the hook returned {type(fut).__name__}, "
-                             "not a torch.futures.Future")
+            raise _CheckStop(_("labkit check: the hook returned {type}, not a "
+                               "torch.futures.Future").format(type=type(fut).__name__))
 
         def look(done):
             value = done.value()
@@ -330,72 +355,79 @@ def spied_hook(ctx, module: str, cases) -> list:
 
 
 def _explain_hook_crash(text: str) -> str | None:
-    if "not a torch.futures.Future" in text:
-        return ("A DDP hook must return a Future: `return fut.then(decompress)`, where "
-                "fut = dist.all_reduce(compressed, async_op=True).get_future(). "
-                "(Returning None crashes the rank; returning a tensor raises "
-                "'must return a torch.futures.Future object'.)")
+    if "_CheckStop" in text or "not a torch.futures.Future" in text:   # any language
+        return _("A DDP hook must return a Future: `return fut.then(decompress)`, where "
+                 "fut = dist.all_reduce(compressed, async_op=True).get_future(). "
+                 "(Returning None crashes the rank; returning a tensor raises "
+                 "'must return a torch.futures.Future object'.)")
     return None
 
 
 def _hook_contract(name, dtype, results) -> None:
     """Fail if a hook broke the contract: one tensor, the bucket dtype, compressed."""
     for rank, r in enumerate(results):
-        facts, where = r["facts"], f"{name} ({dtype}, rank {rank})"
+        facts = r["facts"]
+        where = _("{name} ({dtype}, rank {rank})").format(name=name, dtype=dtype,
+                                                          rank=rank)
         if facts.get("value") == "list":
-            raise ExerciseFailed(
-                f"{where}: your future holds a list: that is the future of the "
+            raise ExerciseFailed(_(
+                "{where}: your future holds a list: that is the future of the "
                 "all-reduce work itself (its value is [tensor]). DDP wants one tensor: "
                 "chain .then(decompress) and return the tensor from there. Unchecked, "
                 "DDP fails with 'INTERNAL ASSERT FAILED ... expected the hook result "
-                "is a PyObject'.")
+                "is a PyObject'.").format(where=where))
         if facts.get("value") != "float32":
-            raise ExerciseFailed(
-                f"{where}: your future holds a {facts.get('value')} tensor. Cast back "
+            raise ExerciseFailed(_(
+                "{where}: your future holds a {dtype} tensor. Cast back "
                 "to the bucket's dtype: copy the result into bucket.buffer() (copy_ "
                 "casts) and return the buffer. DDP happens to cast when it copies "
                 "into .grad, but the hook's contract is the bucket's new value, and "
-                "decompressing in place is what keeps the memory peak down.")
+                "decompressing in place is what keeps the memory peak down.").format(
+                    where=where, dtype=facts.get("value")))
         sent = facts["sent"]
         exact = max((r["got"][k].double() - w.double()).abs().max().item()
                     / max(w.abs().max().item(), 1e-30) for k, w in r["want"].items())
         if (sent and dtype not in sent) or (not sent and exact < 1e-6):
-            raise ExerciseFailed(
-                f"{where}: your all-reduce sent {sent or 'float32 (no rounding)'}, not "
-                f"{dtype}: all-reduce the compressed copy (buffer.to(dtype)), or "
-                "nothing is saved.")
+            raise ExerciseFailed(_(
+                "{where}: your all-reduce sent {sent}, not "
+                "{dtype}: all-reduce the compressed copy (buffer.to(dtype)), or "
+                "nothing is saved.").format(
+                    where=where, sent=sent or _("float32 (no rounding)"), dtype=dtype))
 
 
 def _hook_values(name, dtype, large, results) -> None:
     """Fail unless the hook's gradients are plain DDP's average, to the tolerance."""
     got0, got1 = results[0]["got"], results[1]["got"]
     if first_difference(got0, got1, 0.0) is not None:
-        raise ExerciseFailed(
-            f"{name} ({dtype}): the two ranks ended with different gradients: you "
+        raise ExerciseFailed(_(
+            "{name} ({dtype}): the two ranks ended with different gradients: you "
             "returned this rank's own buffer instead of the averaged values. Copy the "
-            "all-reduced tensor into bucket.buffer() before returning it.")
+            "all-reduced tensor into bucket.buffer() before returning it.").format(
+                name=name, dtype=dtype))
     want = results[0]["want"]
     if large and not all(torch.isfinite(g).all() for g in got0.values()):
-        raise ExerciseFailed(
-            f"{name} (float16, gradients near {LARGE_GRADIENT:g}): inf or nan came "
+        raise ExerciseFailed(_(
+            "{name} (float16, gradients near {largest:g}): inf or nan came "
             "back. float16 stops at 65504: divide by the world size BEFORE the "
             "all-reduce, so the sum stays in range (that is what the built-in "
-            "fp16_compress_hook does).")
+            "fp16_compress_hook does).").format(name=name, largest=LARGE_GRADIENT))
     ratio = sum(g.abs().sum() for g in got0.values()) / sum(
         g.abs().sum() for g in want.values())
     if abs(ratio - 2.0) < 0.1:
-        raise ExerciseFailed(
-            f"{name} ({dtype}): your gradients are {ratio:.2f}x plain DDP's: "
+        raise ExerciseFailed(_(
+            "{name} ({dtype}): your gradients are {ratio:.2f}x plain DDP's: "
             "all_reduce sums, and the hook must average: divide by "
-            "dist.get_world_size() (before the all-reduce, in the compressed copy).")
+            "dist.get_world_size() (before the all-reduce, in the compressed copy)."
+        ).format(name=name, dtype=dtype, ratio=ratio))
     tolerance = HOOK_TOLERANCE[dtype]
     for key, g in want.items():
         gap = (got0[key].double() - g.double()).abs().max().item()
         if gap > tolerance * g.abs().max().item():
-            raise ExerciseFailed(
-                f"{name} ({dtype}): {key} differs from plain DDP by {gap:.2e}, more "
-                f"than {tolerance:g} x its largest gradient. Divide by the world size, "
-                f"cast to {dtype}, all-reduce, cast back.")
+            raise ExerciseFailed(_(
+                "{name} ({dtype}): {tensor} differs from plain DDP by {gap:.2e}, more "
+                "than {tolerance:g} x its largest gradient. Divide by the world size, "
+                "cast to {dtype}, all-reduce, cast back.").format(
+                    name=name, dtype=dtype, tensor=key, gap=gap, tolerance=tolerance))
 
 
 def cast_hook(path="cast_hook.py") -> None:
@@ -406,17 +438,18 @@ def cast_hook(path="cast_hook.py") -> None:
     ranks = launch_program(name, spied_hook, 2, args=(module.__name__, cases),
                            module=module.__name__, timeout=60,
                            explain=_explain_hook_crash,
-                           hang_hint="Does the hook call dist.all_reduce on every "
-                                     "rank, once per bucket?")
+                           hang_hint=_("Does the hook call dist.all_reduce on every "
+                                       "rank, once per bucket?"))
     for i, (dtype, large) in enumerate(cases):
         results = [rank[i] for rank in ranks]
         _hook_contract(name, dtype, results)
         _hook_values(name, dtype, large, results)
-    passed(name, "within " + ", ".join(f"{t:g} ({d})" for d, t in
-                                      HOOK_TOLERANCE.items())
-           + " of plain DDP on both ranks, half the bytes, and no fp16 overflow near "
-           f"{LARGE_GRADIENT:g}. Not checked here: NCCL and CUDA buckets (the check's "
-           "ranks are gloo CPU processes).")
+    passed(name, _("within {tolerances} of plain DDP on both ranks, half the bytes, "
+                   "and no fp16 overflow near {largest:g}. Not checked here: NCCL and "
+                   "CUDA buckets (the check's ranks are gloo CPU processes).").format(
+                       tolerances=", ".join(f"{t:g} ({d})"
+                                            for d, t in HOOK_TOLERANCE.items()),
+                       largest=LARGE_GRADIENT))
 
 
 # ---------------------------------------------------------------- exercise 6.3
@@ -441,52 +474,63 @@ def _local_sgd_case(ctx, module: str, cfg) -> dict:
                                for t in reference["state"].values())}
 
 
+_ROUNDS_HINT = N_("{case}: train returned rounds={got}, expected {rounds}: count each "
+                  "averaging round.")   # translated where used
+
+
 def _local_sgd_hint(name, cfg, ranks) -> None:
     """Pass when the parameters equal labkit's local SGD on both ranks and the
     rounds are counted; otherwise let the spied bytes name the likely mistake."""
     rounds = cfg.steps // cfg.period
     r = ranks[0]
-    case = f"{name} (steps={cfg.steps}, period={cfg.period})"
+    case = _("{name} (steps={steps}, period={period})").format(
+        name=name, steps=cfg.steps, period=cfg.period)
     right = (first_difference(ranks[0]["state"], ranks[1]["state"], 1e-6) is None
              and first_difference(r["reference"], r["state"], 1e-5) is None)
     if right and r["rounds"] == rounds:
         return
     if right:
-        raise ExerciseFailed(f"{case}: train returned rounds={r['rounds']}, expected "
-                             f"{rounds}: count each averaging round.")
+        raise ExerciseFailed(_(_ROUNDS_HINT).format(case=case, got=r["rounds"],
+                                                 rounds=rounds))
     if r["bytes"] == 0:
         raise ExerciseFailed(
-            f"{case}: no parameter was all-reduced" + (
-                ": dist.broadcast copies rank 0's weights, local SGD AVERAGES them "
-                "(all_reduce, then divide by the world size)." if r["broadcasts"] else
-                ": call average_parameters(model) every `period` steps."))
+            _("{case}: no parameter was all-reduced: dist.broadcast copies rank 0's "
+              "weights, local SGD AVERAGES them (all_reduce, then divide by the world "
+              "size).").format(case=case) if r["broadcasts"] else
+            _("{case}: no parameter was all-reduced: call average_parameters(model) "
+              "every `period` steps.").format(case=case))
     if r["bytes"] == cfg.steps * r["param_bytes"]:
-        raise ExerciseFailed(f"{case}: you averaged after every step: only when "
-                             "(step + 1) % cfg.period == 0, or nothing is saved.")
+        raise ExerciseFailed(_("{case}: you averaged after every step: only when "
+                               "(step + 1) % cfg.period == 0, or nothing is saved."
+                               ).format(case=case))
     if r["bytes"] != rounds * r["param_bytes"]:
-        raise ExerciseFailed(
-            f"{case}: {r['bytes']:,} bytes all-reduced, expected {rounds} rounds x "
-            f"{r['param_bytes']:,} bytes of parameters (each parameter once per "
-            "round).")
+        raise ExerciseFailed(_(
+            "{case}: {sent:,} bytes all-reduced, expected {rounds} rounds x "
+            "{param_bytes:,} bytes of parameters (each parameter once per "
+            "round).").format(case=case, sent=r["bytes"], rounds=rounds,
+                              param_bytes=r["param_bytes"]))
     if r["rounds"] != rounds:
-        raise ExerciseFailed(f"{case}: train returned rounds={r['rounds']}, expected "
-                             f"{rounds}: count each averaging round.")
+        raise ExerciseFailed(_(_ROUNDS_HINT).format(case=case, got=r["rounds"],
+                                                 rounds=rounds))
     if first_difference(ranks[0]["state"], ranks[1]["state"], 1e-6) is not None:
-        raise ExerciseFailed(
-            f"{case}: after the last step the ranks' parameters differ: average the "
+        raise ExerciseFailed(_(
+            "{case}: after the last step the ranks' parameters differ: average the "
             "parameters themselves (not .grad), right AFTER optimizer.step(), when "
-            "(step + 1) % cfg.period == 0, so the run ends averaged.")
+            "(step + 1) % cfg.period == 0, so the run ends averaged.").format(
+                case=case))
     state, want = r["state"], r["reference"]
     big = max(v.abs().max().item() for v in state.values())
     if not math.isfinite(big) or big > 4 * max(v.abs().max().item()
                                                for v in want.values()):
-        raise ExerciseFailed(f"{case}: the parameters grew to {big:.3g}: all_reduce "
-                             "SUMS them; divide by dist.get_world_size() for the mean.")
+        raise ExerciseFailed(_("{case}: the parameters grew to {largest:.3g}: "
+                               "all_reduce SUMS them; divide by dist.get_world_size() "
+                               "for the mean.").format(case=case, largest=big))
     gap = first_difference(want, state, 1e-5)
     if gap is not None:
-        raise ExerciseFailed(
-            f"{case}: {gap[0]} differs from labkit's local SGD by {gap[1]:.2e}: each "
-            "round, replace every parameter by its mean over the ranks.")
+        raise ExerciseFailed(_(
+            "{case}: {tensor} differs from labkit's local SGD by {gap:.2e}: each "
+            "round, replace every parameter by its mean over the ranks.").format(
+                case=case, tensor=gap[0], gap=gap[1]))
 
 
 def local_sgd_worker(path="local_sgd.py") -> None:
@@ -497,9 +541,9 @@ def local_sgd_worker(path="local_sgd.py") -> None:
                for period in (4, 3)]
     ranks = launch_program(name, spied_local_sgd, 2, args=(module.__name__, configs),
                            module=module.__name__, timeout=60,
-                           hang_hint="Do both ranks average on the same steps?")
+                           hang_hint=_("Do both ranks average on the same steps?"))
     for i, cfg in enumerate(configs):
         _local_sgd_hint(name, cfg, [rank[i] for rank in ranks])
-    passed(name, "averaged every `period` steps, equal to labkit's local SGD to 1e-5 "
-                 "on both ranks, and the rounds counted. Not checked here: the model "
-                 "on a CUDA device (the check's ranks are gloo CPU processes).")
+    passed(name, _("averaged every `period` steps, equal to labkit's local SGD to "
+                   "1e-5 on both ranks, and the rounds counted. Not checked here: the "
+                   "model on a CUDA device (the check's ranks are gloo CPU processes)."))

@@ -30,6 +30,7 @@ from labkit.checks._core import ExerciseFailed, attempt, passed
 from labkit.checks._reference import use_reference
 from labkit.checks._programs import load_program
 from labkit.checks._watch import call, spies
+from labkit.messages import N_, _
 
 __all__ = ["use_reference", "parallel_apply", "data_parallel_step", "strip_module_prefix",
            "GRAD_TOLERANCE", "TOLERANCE"]
@@ -42,8 +43,10 @@ def _require(name, module, path, *functions) -> None:
     """Fail clearly when the learner's module lacks a function the check calls."""
     missing = [f for f in functions if not callable(getattr(module, f, None))]
     if missing:
-        raise ExerciseFailed(f"{name}: {path} has no function {', '.join(missing)}: "
-                             "keep the names the cell gives, and run it again.")
+        raise ExerciseFailed(_("{exercise}: {path} has no function {functions}: keep "
+                               "the names the cell gives, and run it again.").format(
+                                   exercise=name, path=path,
+                                   functions=", ".join(missing)))
 
 
 # ---------------------------------------------------------------- exercise 2.1
@@ -51,6 +54,9 @@ def _require(name, module, path, *functions) -> None:
 WAIT = 5.0    # s a probe waits for the replicas it waits on: far above any thread
               # start-up, so only a solution that runs replicas one by one pays it
 LINGER = 1.0  # s a probe sleeps after that (the GIL is free): what a join must wait for
+# What the failing probe raises (ValueError); the check looks for it in what the
+# learner's parallel_apply raised.
+_PROBE_ERROR = N_("probe {index} failed on purpose")
 
 
 class _Log(dict):
@@ -58,7 +64,7 @@ class _Log(dict):
 
     def __init__(self, count):
         super().__init__()
-        self.ended = [threading.Event() for _ in range(count)]
+        self.ended = [threading.Event() for _unused in range(count)]
 
 
 def _probe(i, waits_on, linger, log, fail, x):
@@ -73,7 +79,7 @@ def _probe(i, waits_on, linger, log, fail, x):
             log.ended[j].wait(WAIT)
         time.sleep(linger)
         if fail:
-            raise ValueError(f"probe {i} failed on purpose")
+            raise ValueError(_(_PROBE_ERROR).format(index=i))
         return (i, x)
     finally:
         log[i] = (start, time.monotonic(), threading.get_ident(),
@@ -97,14 +103,15 @@ def _wait_for(log, count, timeout=2 * WAIT) -> None:
 
 
 def _order_hint(got, log) -> str:
-    finished = [i for i, _ in sorted(log.items(), key=lambda kv: kv[1][1])]
+    finished = [i for i, _unused in sorted(log.items(), key=lambda kv: kv[1][1])]
     firsts = [g[0] for g in got if isinstance(g, tuple) and g] if isinstance(
         got, (list, tuple)) else None
     if firsts == finished:
-        return (f"You returned the results in the order the threads finished "
-                f"({finished}): result i must be replica i's, whichever finishes "
-                "first. Store each result in slot i (results[i] = ...).")
-    return "Result i must be fns[i](*args[i]), in the order of fns."
+        return _("You returned the results in the order the threads finished "
+                 "({finished}): result i must be replica i's, whichever finishes "
+                 "first. Store each result in slot i (results[i] = ...).").format(
+                     finished=finished)
+    return _("Result i must be fns[i](*args[i]), in the order of fns.")
 
 
 def _check_results(name, done, log, count) -> None:
@@ -112,22 +119,26 @@ def _check_results(name, done, log, count) -> None:
     missing = sorted(set(range(count)) - set(log))
     if missing:
         _wait_for(log, count)
-        raise ExerciseFailed(
-            f"{name}: parallel_apply returned before replica(s) {missing} finished: "
-            "join() every thread before reading the results.")
+        raise ExerciseFailed(_(
+            "{exercise}: parallel_apply returned before replica(s) {replicas} "
+            "finished: join() every thread before reading the results.").format(
+                exercise=name, replicas=missing))
     got = done.value
     if not isinstance(got, (list, tuple)) or list(got) != want:
-        raise ExerciseFailed(f"{name}: with replica 0 finishing last, expected "
-                             f"{want}, got {got!r}. {_order_hint(got, log)}")
-    spans = sorted((start, end) for start, end, _, _ in log.values())
+        raise ExerciseFailed(_("{exercise}: with replica 0 finishing last, expected "
+                               "{want}, got {got!r}. {hint}").format(
+                                   exercise=name, want=want, got=got,
+                                   hint=_order_hint(got, log)))
+    spans = sorted((start, end) for start, end, _thread, _grad in log.values())
     if all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:])):
-        where = ("all in the calling thread" if all(
-            entry[2] == done.thread for entry in log.values()) else "in threads, "
-            "but each started after the previous one ended: start, join, start, join")
-        raise ExerciseFailed(
-            f"{name}: the replicas ran one after the other, {where}. Replica 0 "
+        where = (_("all in the calling thread") if all(
+            entry[2] == done.thread for entry in log.values()) else _(
+            "in threads, but each started after the previous one ended: start, join, "
+            "start, join"))
+        raise ExerciseFailed(_(
+            "{exercise}: the replicas ran one after the other, {where}. Replica 0 "
             "waits for the others to end, so it waited in vain: start every thread "
-            "first, then join them all.")
+            "first, then join them all.").format(exercise=name, where=where))
 
 
 def _messages(error, depth=0) -> list:
@@ -141,8 +152,9 @@ def _messages(error, depth=0) -> list:
     return texts
 
 
-_NAMES_REPLICA_1 = re.compile(r"(replica|fns)\W{0,3}(#|no\.?|number|index|i\s*=)?"
-                              r"\s*\[?\s*1\b", re.IGNORECASE)
+# "replica 1", "Replica #1", "fns[1]", and the Chinese edition's words: "副本 1", "第 1 个副本"
+_NAMES_REPLICA_1 = re.compile(r"(replica|fns|副本)\W{0,3}(#|no\.?|number|index|i\s*=)?"
+                              r"\s*\[?\s*1\b|第\s*1\s*个?\s*副本", re.IGNORECASE)
 
 
 def _check_exception(name, module, filename, timeout) -> None:
@@ -158,29 +170,33 @@ def _check_exception(name, module, filename, timeout) -> None:
         _wait_for(log, len(fns))   # stragglers end before the hook is restored
         threading.excepthook = hook
     if raised is None:
-        died = (" The thread died with ValueError, printed by threading.excepthook, "
-                "and nobody noticed." if lost else "")
-        raise ExerciseFailed(
-            f"{name}: replica 1 raised ValueError('probe 1 failed on purpose'), but "
-            f"parallel_apply returned normally: the exception was swallowed.{died} "
-            "Catch it in the thread (try/except), keep it, and raise it in the caller "
-            "after the joins.")
+        died = (_(" The thread died with ValueError, printed by threading.excepthook, "
+                  "and nobody noticed.") if lost else "")
+        raise ExerciseFailed(_(
+            "{exercise}: replica 1 raised {probe_error!r}, but parallel_apply returned "
+            "normally: the exception was swallowed.{died} Catch it in the thread "
+            "(try/except), keep it, and raise it in the caller after the joins.").format(
+                exercise=name, probe_error=ValueError(_(_PROBE_ERROR).format(index=1)),
+                died=died))
     text = "\n".join(_messages(raised))
     if not _NAMES_REPLICA_1.search(text):
-        raise ExerciseFailed(
-            f"{name}: you raised {type(raised).__name__}: {raised}, which does not say "
-            "which replica failed. Name it: raise RuntimeError(f'replica {i} raised "
-            "...') from err.")
-    if "probe 1 failed on purpose" not in text:
-        raise ExerciseFailed(
-            f"{name}: you raised {type(raised).__name__}: {raised}, but the replica's "
-            "own error is lost. Keep it: `raise ... from err`, or put its text in "
-            "the message.")
+        raise ExerciseFailed(_(
+            "{exercise}: you raised {error_type}: {error}, which does not say which "
+            "replica failed. Name it: raise RuntimeError(f'replica {{i}} raised ...') "
+            "from err.").format(exercise=name, error_type=type(raised).__name__,
+                                error=raised))
+    if _(_PROBE_ERROR).format(index=1) not in text:
+        raise ExerciseFailed(_(
+            "{exercise}: you raised {error_type}: {error}, but the replica's own error "
+            "is lost. Keep it: `raise ... from err`, or put its text in the "
+            "message.").format(exercise=name, error_type=type(raised).__name__,
+                               error=raised))
     running = sorted(set(range(len(fns))) - finished)
     if running:
-        raise ExerciseFailed(
-            f"{name}: you raised before replica(s) {running} finished: join every "
-            "thread first, so that nothing is left running.")
+        raise ExerciseFailed(_(
+            "{exercise}: you raised before replica(s) {replicas} finished: join every "
+            "thread first, so that nothing is left running.").format(
+                exercise=name, replicas=running))
 
 
 def _check_grad_mode(name, module, filename, timeout) -> None:
@@ -188,12 +204,12 @@ def _check_grad_mode(name, module, filename, timeout) -> None:
     call(name, filename, module.parallel_apply, fns, args, grad=False,
          timeout=timeout)
     if any(entry[3] for entry in log.values()):
-        raise ExerciseFailed(
-            f"{name}: called under torch.no_grad(), the replicas ran with gradients "
+        raise ExerciseFailed(_(
+            "{exercise}: called under torch.no_grad(), the replicas ran with gradients "
             "ON. Grad mode is per thread and a new thread starts with it on: read "
             "torch.is_grad_enabled() in the caller and wrap each call in "
             "`with torch.set_grad_enabled(grad_enabled):` (PyTorch's parallel_apply "
-            "does).")
+            "does).").format(exercise=name))
 
 
 def parallel_apply(path="parallel_apply.py", timeout: float = 30.0) -> None:
@@ -213,10 +229,10 @@ def parallel_apply(path="parallel_apply.py", timeout: float = 30.0) -> None:
     _check_results(name, done, log, len(fns))
     _check_exception(name, module, path, timeout)
     _check_grad_mode(name, module, path, timeout)
-    passed(name, "results in replica order although replica 0 finished last; "
-                 "replicas 1 and 2 ran while replica 0 was still running; replica "
-                 "1's exception raised in the caller, naming it, after every thread "
-                 "had ended; grad mode carried over.")
+    passed(name, _("results in replica order although replica 0 finished last; "
+                   "replicas 1 and 2 ran while replica 0 was still running; replica "
+                   "1's exception raised in the caller, naming it, after every thread "
+                   "had ended; grad mode carried over."))
 
 
 # ---------------------------------------------------------------- exercise 2.2: parts
@@ -238,17 +254,25 @@ def _placement(name, module, filename) -> str:
         placed = ([{p.device for p in c.parameters()} for c in copies],
                   [{x.device, y.device} for x, y in chunks])
     except Exception as err:   # the learner's code may not take meta: skip, say so
-        return (f"where replicas and chunks land (your code raised "
-                f"{type(err).__name__} on a meta device)")
+        return _("where replicas and chunks land (your code raised {error_type} on a "
+                 "meta device)").format(error_type=type(err).__name__)
     for kind, sets in zip(("replica", "chunk"), placed):
         for i, (found, device) in enumerate(zip(sets, devices)):
             if found != {device}:
-                raise ExerciseFailed(
-                    f"{name}: with devices {[str(d) for d in devices]}, {kind} {i} "
-                    f"is on {sorted(str(d) for d in found)}, not on {device}: "
-                    f"move {kind} i to devices[i] (`.to(device)`). On GPUs this "
-                    "puts every replica on one GPU, or crashes.")
+                raise ExerciseFailed(_(_MISPLACED[kind]).format(
+                    exercise=name, devices=[str(d) for d in devices], index=i,
+                    found=sorted(str(d) for d in found), device=device))
     return ""
+
+
+_MISPLACED = {   # a replica or a chunk i not on devices[i]: _(...).format(...)
+    "replica": N_("{exercise}: with devices {devices}, replica {index} is on {found}, "
+                  "not on {device}: move replica i to devices[i] (`.to(device)`). On "
+                  "GPUs this puts every replica on one GPU, or crashes."),
+    "chunk": N_("{exercise}: with devices {devices}, chunk {index} is on {found}, not "
+                "on {device}: move chunk i to devices[i] (`.to(device)`). On GPUs this "
+                "puts every replica on one GPU, or crashes."),
+}
 
 
 def _check_replicate(name, module, filename, devices) -> None:
@@ -256,24 +280,27 @@ def _check_replicate(name, module, filename, devices) -> None:
     copies = call(name, filename, module.replicate, model, devices).value
     if (not isinstance(copies, (list, tuple)) or len(copies) != len(devices)
             or not all(isinstance(c, nn.Module) for c in copies)):
-        raise ExerciseFailed(f"{name}: replicate must return a list of one copy per "
-                             f"device ({len(devices)}), got {copies!r:.80}.")
+        raise ExerciseFailed(_("{exercise}: replicate must return a list of one copy "
+                               "per device ({count}), got {copies!r:.80}.").format(
+                                   exercise=name, count=len(devices), copies=copies))
     for i, (replica, device) in enumerate(zip(copies, devices)):
         if replica is model:
-            raise ExerciseFailed(
-                f"{name}: replicate's replica {i} is the model itself: every replica "
-                "must be a copy (copy.deepcopy(model).to(device)), or the threads "
-                "write their gradients into one model and the weighting is lost.")
+            raise ExerciseFailed(_(
+                "{exercise}: replicate's replica {index} is the model itself: every "
+                "replica must be a copy (copy.deepcopy(model).to(device)), or the "
+                "threads write their gradients into one model and the weighting is "
+                "lost.").format(exercise=name, index=i))
         pairs = list(zip(model.parameters(), replica.parameters()))
         if any(p.data_ptr() == q.data_ptr() for p, q in pairs):
-            raise ExerciseFailed(
-                f"{name}: replicate's replica {i} shares its parameters with the "
+            raise ExerciseFailed(_(
+                "{exercise}: replicate's replica {index} shares its parameters with the "
                 "model (a shallow copy): use copy.deepcopy, so each replica has "
-                "weights and a .grad of its own.")
+                "weights and a .grad of its own.").format(exercise=name, index=i))
         if any(q.device != device or not torch.equal(p.to(device), q)
                for p, q in pairs):
-            raise ExerciseFailed(f"{name}: replicate's replica {i} must hold the "
-                                 f"model's weights, on {device}.")
+            raise ExerciseFailed(_("{exercise}: replicate's replica {index} must hold "
+                                   "the model's weights, on {device}.").format(
+                                       exercise=name, index=i, device=device))
 
 
 def _split_sizes(total: int, parts: int) -> dict:
@@ -288,24 +315,31 @@ def _check_scatter(name, module, filename, devices) -> None:
     images = labels.float().view(10, 1).expand(10, 3).clone()
     chunks = call(name, filename, module.scatter, images, labels, devices).value
     if not isinstance(chunks, (list, tuple)) or any(len(c) != 2 for c in chunks):
-        raise ExerciseFailed(f"{name}: scatter must return a list of (images, "
-                             f"labels) pairs, got {chunks!r:.80}.")
-    sizes = [len(y) for _, y in chunks]
+        raise ExerciseFailed(_("{exercise}: scatter must return a list of (images, "
+                               "labels) pairs, got {chunks!r:.80}.").format(
+                                   exercise=name, chunks=chunks))
+    sizes = [len(y) for _images, y in chunks]
     splits = _split_sizes(10, len(devices))
     if sizes not in splits.values():
-        raise ExerciseFailed(
-            f"{name}: scatter of 10 samples over {len(devices)} devices should give "
-            f"sizes {splits['tensor_split']} (tensor_split: as equal as possible) or "
-            f"{splits['chunk']} (chunk, as nn.DataParallel splits), got {sizes}. "
-            "Try images.tensor_split(len(devices)).")
+        raise ExerciseFailed(_(
+            "{exercise}: scatter of 10 samples over {count} devices should give sizes "
+            "{tensor_split_sizes} (tensor_split: as equal as possible) or {chunk_sizes} "
+            "(chunk, as nn.DataParallel splits), got {sizes}. Try "
+            "images.tensor_split(len(devices)).").format(
+                exercise=name, count=len(devices),
+                tensor_split_sizes=splits["tensor_split"], chunk_sizes=splits["chunk"],
+                sizes=sizes))
     if any(not torch.equal(x[:, 0].long().cpu(), y.cpu()) for x, y in chunks):
-        raise ExerciseFailed(f"{name}: scatter's images and labels do not match "
-                             "chunk by chunk: split both the same way.")
-    if torch.cat([y.cpu() for _, y in chunks]).tolist() != list(range(10)):
-        raise ExerciseFailed(f"{name}: scatter's chunks, put back together, must be "
-                             "the batch in its original order.")
+        raise ExerciseFailed(_("{exercise}: scatter's images and labels do not match "
+                               "chunk by chunk: split both the same way.").format(
+                                   exercise=name))
+    if torch.cat([y.cpu() for _images, y in chunks]).tolist() != list(range(10)):
+        raise ExerciseFailed(_("{exercise}: scatter's chunks, put back together, must "
+                               "be the batch in its original order.").format(
+                                   exercise=name))
     if any(x.device != d or y.device != d for (x, y), d in zip(chunks, devices)):
-        raise ExerciseFailed(f"{name}: scatter must move chunk i to devices[i].")
+        raise ExerciseFailed(_("{exercise}: scatter must move chunk i to "
+                               "devices[i].").format(exercise=name))
 
 
 def _check_forward_backward(name, module, filename) -> None:
@@ -318,26 +352,30 @@ def _check_forward_backward(name, module, filename) -> None:
     want.backward()
     grads = [p.grad for p in replica.parameters()]
     if any(g is None for g in grads):
-        raise ExerciseFailed(f"{name}: after forward_backward the replica has no "
-                             ".grad: call loss.backward() on the replica's loss.")
+        raise ExerciseFailed(_("{exercise}: after forward_backward the replica has no "
+                               ".grad: call loss.backward() on the replica's "
+                               "loss.").format(exercise=name))
     truth = [p.grad for p in reference.parameters()]
     if _close(grads, [len(labels) * g for g in truth]):
-        raise ExerciseFailed(f"{name}: forward_backward computed the gradient of the "
-                             "SUMMED loss: use the mean over the chunk "
-                             "(F.cross_entropy's default), the weighting comes later.")
+        raise ExerciseFailed(_("{exercise}: forward_backward computed the gradient of "
+                               "the SUMMED loss: use the mean over the chunk "
+                               "(F.cross_entropy's default), the weighting comes "
+                               "later.").format(exercise=name))
     if not _close(grads, truth):
-        raise ExerciseFailed(f"{name}: forward_backward's gradients are not those of "
-                             "F.cross_entropy(replica(images), labels).")
+        raise ExerciseFailed(_("{exercise}: forward_backward's gradients are not those "
+                               "of F.cross_entropy(replica(images), labels).").format(
+                                   exercise=name))
     if not _is_close(loss, want.item()):
-        raise ExerciseFailed(f"{name}: forward_backward returned {loss!r}, expected "
-                             f"the chunk's mean loss {want.item():.6f}.")
+        raise ExerciseFailed(_("{exercise}: forward_backward returned {loss!r}, "
+                               "expected the chunk's mean loss {want:.6f}.").format(
+                                   exercise=name, loss=loss, want=want.item()))
 
 
 def _check_reduce(name, module, filename) -> None:
     torch.manual_seed(0)
     model = nn.Linear(3, 2)
     images, labels = torch.randn(7, 3), torch.tensor([0, 1, 1, 0, 1, 0, 0])
-    sizes, replicas = [5, 2], [copy.deepcopy(model) for _ in range(2)]
+    sizes, replicas = [5, 2], [copy.deepcopy(model) for _unused in range(2)]
     for replica, x, y in zip(replicas, images.split(sizes), labels.split(sizes)):
         F.cross_entropy(replica(x), y).backward()   # each: its chunk's mean loss
     truth = torch.autograd.grad(F.cross_entropy(model(images), labels),
@@ -345,14 +383,16 @@ def _check_reduce(name, module, filename) -> None:
     call(name, filename, module.reduce_gradients, model, replicas, sizes)
     got = [p.grad for p in model.parameters()]
     if any(g is None for g in got):
-        raise ExerciseFailed(f"{name}: reduce_gradients left the model's .grad empty: "
-                             "the average must land in each model parameter's .grad.")
+        raise ExerciseFailed(_("{exercise}: reduce_gradients left the model's .grad "
+                               "empty: the average must land in each model "
+                               "parameter's .grad.").format(exercise=name))
     if _close(got, truth):
         return
     per_replica = [[p.grad for p in r.parameters()] for r in replicas]
     hint = _average_hint(got, per_replica, sizes)
-    raise ExerciseFailed(f"{name}: with chunks of {sizes}, reduce_gradients gave "
-                         f"another gradient than the whole batch's. {hint}")
+    raise ExerciseFailed(_("{exercise}: with chunks of {sizes}, reduce_gradients gave "
+                           "another gradient than the whole batch's. {hint}").format(
+                               exercise=name, sizes=sizes, hint=hint))
 
 
 def _average_hint(got, per_replica, sizes) -> str:
@@ -362,15 +402,15 @@ def _average_hint(got, per_replica, sizes) -> str:
                 for i in range(len(per_replica[0]))]
 
     if _close(got, combine([1 / len(sizes)] * len(sizes))):
-        return (f"That is the plain mean of the replicas: with chunks of {sizes} a "
-                "sample in a small chunk counts more than one in a big chunk. Weight "
-                "replica r by n_r / N.")
+        return _("That is the plain mean of the replicas: with chunks of {sizes} a "
+                 "sample in a small chunk counts more than one in a big chunk. Weight "
+                 "replica r by n_r / N.").format(sizes=sizes)
     if _close(got, combine([1] * len(sizes))):
-        return ("That is the sum of the replicas' gradients: weight replica r by "
-                "n_r / N (the weights add up to 1).")
+        return _("That is the sum of the replicas' gradients: weight replica r by "
+                 "n_r / N (the weights add up to 1).")
     if _close(got, combine(sizes)):
-        return "That is weighted by n_r but not divided by N = sum(sizes)."
-    return "The model's gradient is sum over replicas of n_r / N * replica_r's .grad."
+        return _("That is weighted by n_r but not divided by N = sum(sizes).")
+    return _("The model's gradient is sum over replicas of n_r / N * replica_r's .grad.")
 
 
 def _close(got, want) -> bool:
@@ -393,30 +433,32 @@ def _is_close(value, want: float) -> bool:
 def _structure_hint(seen, num_replicas, batch) -> str:
     """Explain a wrong result from what the spies saw ("" when nothing stands out)."""
     if seen.foreign_steps and not seen.steps:
-        return ("An optimizer over other parameters than the model's (a replica's?) "
-                "took a step. The replicas are thrown away after each step: step the "
-                "optimizer passed in, over model.parameters(): the one true model.")
+        return _("An optimizer over other parameters than the model's (a replica's?) "
+                 "took a step. The replicas are thrown away after each step: step the "
+                 "optimizer passed in, over model.parameters(): the one true model.")
     if len(seen.steps) > 1:
-        return (f"The model's optimizer stepped {len(seen.steps)} times: exactly one "
-                "optimizer.step() per batch, after the gradients are averaged.")
+        return _("The model's optimizer stepped {steps} times: exactly one "
+                 "optimizer.step() per batch, after the gradients are averaged.").format(
+                     steps=len(seen.steps))
     if seen.steps and not seen.steps[0]["given"]:
-        return ("You stepped a new optimizer: use the one passed in (its state, "
-                "here SGD's momentum, must live across steps).")
+        return _("You stepped a new optimizer: use the one passed in (its state, "
+                 "here SGD's momentum, must live across steps).")
     forwards = seen.forwards
     if any(f["model"] for f in forwards):
-        return ("The model itself ran forward: run the replicas on their chunks; the "
-                "model only receives the averaged gradient and steps.")
+        return _("The model itself ran forward: run the replicas on their chunks; the "
+                 "model only receives the averaged gradient and steps.")
     sizes = sorted((f["size"] for f in forwards), reverse=True)
     if len(forwards) != num_replicas or sum(sizes) != batch:
-        return (f"The replicas ran forward on chunks of {sizes}: expected "
-                f"{num_replicas} chunks, {batch} images in all (one chunk per device).")
+        return _("The replicas ran forward on chunks of {sizes}: expected {count} "
+                 "chunks, {batch} images in all (one chunk per device).").format(
+                     sizes=sizes, count=num_replicas, batch=batch)
     stale = max((f["gap"] for f in forwards), default=0.0)
     if stale > 0:
-        return (f"A replica's weights differed from the model's by {stale:.1e} when "
-                "it ran: the replicas were made once and reused. Only the model is "
-                "updated by optimizer.step(), so from the second step on old replicas "
-                "are stale. Replicate the model at every step (nn.DataParallel does "
-                "it in every forward).")
+        return _("A replica's weights differed from the model's by {gap:.1e} when "
+                 "it ran: the replicas were made once and reused. Only the model is "
+                 "updated by optimizer.step(), so from the second step on old replicas "
+                 "are stale. Replicate the model at every step (nn.DataParallel does "
+                 "it in every forward).").format(gap=stale)
     return ""
 
 
@@ -430,9 +472,9 @@ def _true_step(model, images, labels):
 def _gradient_hint(before, images, labels, sizes, grads, previous, want) -> str:
     """Name the wrong average behind a wrong gradient at ``optimizer.step()``."""
     if previous is not None and _close(grads, [w + p for w, p in zip(want, previous)]):
-        return ("That is this batch's gradient PLUS the previous step's: the "
-                "gradients accumulated. Call optimizer.zero_grad() at every step, "
-                "before reduce_gradients adds the new ones to .grad.")
+        return _("That is this batch's gradient PLUS the previous step's: the "
+                 "gradients accumulated. Call optimizer.zero_grad() at every step, "
+                 "before reduce_gradients adds the new ones to .grad.")
     if not sizes or sum(sizes) != len(labels):
         return ""
     chunks = zip(images.split(sizes), labels.split(sizes))
@@ -445,10 +487,11 @@ def _loss_hint(loss, before, images, labels, sizes) -> str:
         losses = [_true_step(before, x, y)[0]
                   for x, y in zip(images.split(sizes), labels.split(sizes))]
         if _is_close(loss, sum(losses) / len(losses)):
-            return (f"That is the plain mean of the replicas' losses: with chunks of "
-                    f"{sizes}, weight replica r's loss by n_r / N too.")
-    return ("Return the mean loss over the whole batch, a float: the sum of "
-            "n_r / N * loss_r.")
+            return _("That is the plain mean of the replicas' losses: with chunks of "
+                     "{sizes}, weight replica r's loss by n_r / N too.").format(
+                         sizes=sizes)
+    return _("Return the mean loss over the whole batch, a float: the sum of "
+             "n_r / N * loss_r.")
 
 
 @dataclass
@@ -476,41 +519,50 @@ def _check_one_step(name, filename, step_fn, model, optimizer, batch, devices, w
     explain = _structure_hint(seen, len(devices), len(labels))
     grads = seen.steps[0]["grads"] if seen.steps else None
     if grads is None:
-        raise ExerciseFailed(
-            f"{name}: {where}, optimizer.step() never ran over the model's "
-            f"parameters. {explain or 'Step the optimizer passed in, once.'}")
+        raise ExerciseFailed(_(
+            "{exercise}: {where}, optimizer.step() never ran over the model's "
+            "parameters. {hint}").format(
+                exercise=name, where=where,
+                hint=explain or _("Step the optimizer passed in, once.")))
     if any(g is None for g in grads):
-        raise ExerciseFailed(
-            f"{name}: {where}, the model had no .grad when optimizer.step() ran: "
+        raise ExerciseFailed(_(
+            "{exercise}: {where}, the model had no .grad when optimizer.step() ran: "
             "the gradients stay on the replicas until reduce_gradients puts their "
-            "weighted average into the model's .grad.")
+            "weighted average into the model's .grad.").format(exercise=name,
+                                                               where=where))
     if not _close(grads, want):
         gap = max((g.cpu().double() - w.cpu().double()).abs().max().item()
                   for g, w in zip(grads, want))
         hint = explain or _gradient_hint(before, images, labels, sizes, grads,
                                          twin.previous, want)
-        raise ExerciseFailed(
-            f"{name}: {where}, the gradient handed to optimizer.step() differs from "
-            f"the one model's on the whole batch by {gap:.1e} (tolerance "
-            f"{GRAD_TOLERANCE:g}). {hint}".rstrip())
+        raise ExerciseFailed(_(
+            "{exercise}: {where}, the gradient handed to optimizer.step() differs from "
+            "the one model's on the whole batch by {gap:.1e} (tolerance "
+            "{tolerance:g}). {hint}").format(exercise=name, where=where, gap=gap,
+                                             tolerance=GRAD_TOLERANCE,
+                                             hint=hint).rstrip())
     gap = models.max_difference(dict(twin.model.named_parameters()),
                                 dict(model.named_parameters()))
     if gap > TOLERANCE:
-        raise ExerciseFailed(
-            f"{name}: {where}, the gradient was right but the weights after the step "
-            f"differ from the one model's by {gap:.1e} (tolerance {TOLERANCE:g}). "
-            f"{explain or 'Does the step change anything besides .grad and step?'}")
+        raise ExerciseFailed(_(
+            "{exercise}: {where}, the gradient was right but the weights after the step "
+            "differ from the one model's by {gap:.1e} (tolerance {tolerance:g}). "
+            "{hint}").format(
+                exercise=name, where=where, gap=gap, tolerance=TOLERANCE,
+                hint=explain or _("Does the step change anything besides .grad and "
+                                  "step?")))
     if not _is_close(done.value, loss_want):
-        raise ExerciseFailed(
-            f"{name}: {where}, data_parallel_step returned {done.value!r}, the one "
-            f"model's loss is {loss_want:.6f}. "
-            f"{_loss_hint(done.value, before, images, labels, sizes)}")
+        raise ExerciseFailed(_(
+            "{exercise}: {where}, data_parallel_step returned {loss!r}, the one "
+            "model's loss is {want:.6f}. {hint}").format(
+                exercise=name, where=where, loss=done.value, want=loss_want,
+                hint=_loss_hint(done.value, before, images, labels, sizes)))
     if seen.forwards and all(f["thread"] == done.thread for f in seen.forwards):
-        raise ExerciseFailed(
-            f"{name}: {where}, the result is right, but the replicas ran one after "
+        raise ExerciseFailed(_(
+            "{exercise}: {where}, the result is right, but the replicas ran one after "
             "the other in the calling thread: the exercise asks for them in threads. "
             "Run forward_backward on every replica with your parallel_apply, one "
-            "thread each, as nn.DataParallel does.")
+            "thread each, as nn.DataParallel does.").format(exercise=name, where=where))
     twin.previous = want
     return sizes
 
@@ -529,7 +581,8 @@ def _train(name, filename, step_fn, num_replicas, steps, batch, lr) -> tuple:
     images, labels = data.random_batch(steps * batch, num_replicas, devices[0])
     for step in range(steps):
         x, y = images[step * batch:][:batch], labels[step * batch:][:batch]
-        where = f"at step {step + 1} ({batch} images over {num_replicas} replicas)"
+        where = _("at step {step} ({batch} images over {count} replicas)").format(
+            step=step + 1, batch=batch, count=num_replicas)
         sizes = _check_one_step(name, filename, step_fn, model, optimizer, (x, y),
                                 devices, where, twin)
     gap = models.max_difference(dict(reference.named_parameters()),
@@ -561,20 +614,25 @@ def data_parallel_step(path="dp_step.py", helper="parallel_apply.py", steps: int
         _check_reduce(name, module, path)
         runs = {n: _train(name, path, module.data_parallel_step, n, steps, batch, lr)
                 for n in (2, 3)}
-    gap = max(g for g, _ in runs.values())
-    split = {n: "+".join(map(str, sizes)) for n, (_, sizes) in runs.items()}
+    gap = max(g for g, _sizes in runs.values())
+    split = {n: "+".join(map(str, sizes)) for n, (_gap, sizes) in runs.items()}
     if devices[0].type == "cpu":
-        unchecked.append("that reduce_gradients brings each replica's gradient to "
-                         "the model's device (all replicas share the CPU here)")
-    placed = ("" if unchecked[0] else "; replica i and chunk i land on devices[i] "
-              "(checked with the meta device as devices 1 and 2)")
+        unchecked.append(_("that reduce_gradients brings each replica's gradient to "
+                           "the model's device (all replicas share the CPU here)"))
+    placed = ("" if unchecked[0] else _("; replica i and chunk i land on devices[i] "
+                                        "(checked with the meta device as devices 1 "
+                                        "and 2)"))
     note = "; ".join(u for u in unchecked if u)
-    passed(name, f"{batch} images over 2 replicas ({split[2]}) and 3 ({split[3]}) on "
-                 f"{devices[0].type}, in threads, {steps} SGD steps each of a small "
-                 f"MLP: the gradient at optimizer.step() equals the one model's to "
-                 f"{GRAD_TOLERANCE:g}, the weights to {gap:.0e} (tolerance "
-                 f"{TOLERANCE:g}){placed}."
-                 + (f" Not checked here: {note}." if note else ""))
+    passed(name, _("{batch} images over 2 replicas ({split_2}) and 3 ({split_3}) on "
+                   "{device}, in threads, {steps} SGD steps each of a small MLP: the "
+                   "gradient at optimizer.step() equals the one model's to "
+                   "{grad_tolerance:g}, the weights to {gap:.0e} (tolerance "
+                   "{tolerance:g}){placed}.").format(
+                       batch=batch, split_2=split[2], split_3=split[3],
+                       device=devices[0].type, steps=steps,
+                       grad_tolerance=GRAD_TOLERANCE, gap=gap, tolerance=TOLERANCE,
+                       placed=placed)
+                 + (_(" Not checked here: {note}.").format(note=note) if note else ""))
 
 
 # ---------------------------------------------------------------- exercise 2.3
@@ -589,20 +647,21 @@ def strip_module_prefix(fn) -> None:
     got = attempt(name, fn, wrapped.state_dict())
     want = model.state_dict()
     if not isinstance(got, dict) or list(got) != list(want):
-        hint = (
+        hint = _(
             "Remove only a LEADING 'module.': key[len('module.'):] when "
             "key.startswith('module.'). str.replace also hits a layer named "
             "'module' inside the model."
         )
-        raise ExerciseFailed(
-            f"{name}: expected keys {list(want)}, got "
-            f"{list(got) if isinstance(got, dict) else got!r}. {hint}"
-        )
+        raise ExerciseFailed(_("{exercise}: expected keys {want}, got {got!r}. "
+                               "{hint}").format(
+                                   exercise=name, want=list(want),
+                                   got=list(got) if isinstance(got, dict) else got,
+                                   hint=hint))
     fresh = nn.Sequential(nn.Linear(2, 2))
     fresh.add_module("module", nn.Linear(2, 1))
     fresh.load_state_dict(got)
     if any(not torch.equal(got[k], want[k]) for k in want):
-        raise ExerciseFailed(
-            f"{name}: keep every tensor as it is; only rename the keys."
-        )
-    passed(name, "The checkpoint now loads into the plain model (strict=True).")
+        raise ExerciseFailed(_(
+            "{exercise}: keep every tensor as it is; only rename the keys."
+        ).format(exercise=name))
+    passed(name, _("The checkpoint now loads into the plain model (strict=True)."))

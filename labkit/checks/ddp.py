@@ -31,6 +31,7 @@ from labkit.checks._core import ExerciseFailed, attempt, passed
 from labkit.checks._reference import use_reference
 from labkit.checks._programs import (first_difference, launch_program, load_program,
                                      run_command)
+from labkit.messages import _
 
 __all__ = ["use_reference", "shard_indices", "allreduce_worker", "ddp_worker", "ddp_under_torchrun",
            "one_process_sgd", "one_process_reference", "spied_train"]
@@ -52,15 +53,15 @@ def _shard_hint(got, num_samples, rank, world_size, epoch, seed) -> str:
     """Name the classic sharding mistake that produced ``got``."""
     per_rank = math.ceil(num_samples / world_size)
     if len(got) != per_rank:
-        return (f"Every rank must get ceil(N / world_size) = {per_rank} indices, padding "
-                "the list with its first indices so all ranks do the same number of "
-                "steps (uneven ranks hang DDP).")
+        return _("Every rank must get ceil(N / world_size) = {per_rank} indices, "
+                 "padding the list with its first indices so all ranks do the same "
+                 "number of steps (uneven ranks hang DDP).").format(per_rank=per_rank)
     if epoch and got == _sampler_indices(num_samples, rank, world_size, 0, seed, True):
-        return ("You shuffled the same way every epoch: seed the generator with "
-                "seed + epoch (that is what set_epoch is for).")
-    return ("Shuffle all N indices with torch.randperm(N, generator=g) where "
-            "g.manual_seed(seed + epoch), pad, then take every world_size-th index "
-            "starting at rank: indices[rank::world_size].")
+        return _("You shuffled the same way every epoch: seed the generator with "
+                 "seed + epoch (that is what set_epoch is for).")
+    return _("Shuffle all N indices with torch.randperm(N, generator=g) where "
+             "g.manual_seed(seed + epoch), pad, then take every world_size-th index "
+             "starting at rank: indices[rank::world_size].")
 
 
 def shard_indices(fn) -> None:
@@ -75,12 +76,15 @@ def shard_indices(fn) -> None:
         want = _sampler_indices(num_samples, rank, world_size, epoch, seed, shuffle)
         if got != want:
             hint = (_shard_hint(got, num_samples, rank, world_size, epoch, seed)
-                    if isinstance(got, list) else "Return a list of ints.")
-            raise ExerciseFailed(
-                f"{name}: N={num_samples}, rank {rank} of {world_size}, epoch {epoch}, "
-                f"seed {seed}, shuffle={shuffle}: DistributedSampler gives {want}, you "
-                f"gave {got}. {hint}")
-    passed(name, "Index for index what DistributedSampler (with set_epoch) yields.")
+                    if isinstance(got, list) else _("Return a list of ints."))
+            raise ExerciseFailed(_(
+                "{name}: N={num_samples}, rank {rank} of {world_size}, epoch {epoch}, "
+                "seed {seed}, shuffle={shuffle}: DistributedSampler gives {want}, you "
+                "gave {got}. {hint}").format(
+                    name=name, num_samples=num_samples, rank=rank,
+                    world_size=world_size, epoch=epoch, seed=seed, shuffle=shuffle,
+                    want=want, got=got, hint=hint))
+    passed(name, _("Index for index what DistributedSampler (with set_epoch) yields."))
 
 
 # ---------------------------------------------------------------- exercise 3.2
@@ -109,19 +113,23 @@ def _check_shares(name: str, my_share, world_size: int, global_batch: int) -> No
     taken = [s[1].tolist() for s in shares]
     flat = [i for share in taken for i in share]
     if len(flat) != len(set(flat)):
-        raise ExerciseFailed(
-            f"{name}: my_share gives some samples to two ranks ({taken}): each rank "
+        raise ExerciseFailed(_(
+            "{name}: my_share gives some samples to two ranks ({taken}): each rank "
             "must take its own slice, e.g. images[rank::world_size]. With the same "
-            "data everywhere, N ranks do the work of one.")
+            "data everywhere, N ranks do the work of one.").format(name=name,
+                                                                   taken=taken))
     if sorted(flat) != ids.tolist():
-        raise ExerciseFailed(
-            f"{name}: together the ranks see {len(flat)} of {global_batch} samples: "
-            "the slices must cover the whole global batch.")
+        raise ExerciseFailed(_(
+            "{name}: together the ranks see {seen} of {global_batch} samples: "
+            "the slices must cover the whole global batch.").format(
+                name=name, seen=len(flat), global_batch=global_batch))
     if len({len(share) for share in taken}) > 1:
-        raise ExerciseFailed(f"{name}: the slices have sizes {[len(s) for s in taken]}:"
-                             " equal shares, or the mean of means is not the mean.")
+        raise ExerciseFailed(_("{name}: the slices have sizes {sizes}: equal shares, or "
+                               "the mean of means is not the mean.").format(
+                                   name=name, sizes=[len(s) for s in taken]))
     if any(not torch.equal(x.view(-1).long(), y) for x, y in shares):
-        raise ExerciseFailed(f"{name}: my_share must slice images and labels alike.")
+        raise ExerciseFailed(_("{name}: my_share must slice images and labels alike."
+                               ).format(name=name))
 
 
 def allreduce_worker(path="allreduce_worker.py", world_size: int = 2, steps: int = 8,
@@ -135,32 +143,38 @@ def allreduce_worker(path="allreduce_worker.py", world_size: int = 2, steps: int
     _check_shares(name, module.my_share, world_size, global_batch)
     ranks = launch_program(
         name, module.train, world_size, args=(steps, global_batch, lr, 0),
-        hang_hint="Does every rank all-reduce every parameter, in the same order?")
+        hang_hint=_("Does every rank all-reduce every parameter, in the same order?"))
     for rank, weights in enumerate(ranks[1:], start=1):
         gap = first_difference(ranks[0], weights, 0.0)
         if gap:
-            raise ExerciseFailed(
-                f"{name}: after {steps} steps rank {rank}'s {gap[0]} differs from rank "
-                f"0's by {gap[1]:.2e}: the replicas drifted apart. Every rank must "
+            raise ExerciseFailed(_(
+                "{name}: after {steps} steps rank {rank}'s {tensor} differs from rank "
+                "0's by {gap:.2e}: the replicas drifted apart. Every rank must "
                 "all_reduce every parameter's .grad (then divide), so that all of them "
-                "take the same step.")
+                "take the same step.").format(name=name, steps=steps, rank=rank,
+                                              tensor=gap[0], gap=gap[1]))
     want = one_process_sgd(steps, global_batch, lr, 0)
     gap = first_difference(want, ranks[0], TOLERANCE)
     if gap is None:
-        passed(name, f"{world_size} ranks x {global_batch // world_size} images = one "
-                     f"process x {global_batch}, to {TOLERANCE:g} after {steps} steps.")
+        passed(name, _("{world_size} ranks x {per_rank} images = one process x "
+                       "{global_batch}, to {tolerance:g} after {steps} steps.").format(
+                           world_size=world_size, per_rank=global_batch // world_size,
+                           global_batch=global_batch, tolerance=TOLERANCE, steps=steps))
         return
     if first_difference(one_process_sgd(steps, global_batch, lr * world_size, 0),
                         ranks[0], TOLERANCE) is None:
-        hint = ("That is the SUM of the gradients (as if the learning rate were "
-                f"{world_size}x larger): all_reduce adds them up, so divide by "
-                "dist.get_world_size() to get the mean.")
+        hint = _("That is the SUM of the gradients (as if the learning rate were "
+                 "{world_size}x larger): all_reduce adds them up, so divide by "
+                 "dist.get_world_size() to get the mean.").format(world_size=world_size)
     else:
-        hint = ("Average each parameter's .grad over the ranks: dist.all_reduce(p.grad) "
-                "then p.grad /= world_size, after backward and before step.")
-    raise ExerciseFailed(f"{name}: after {steps} steps {gap[0]} differs from one "
-                         f"process on the whole batch by {gap[1]:.2e} (tolerance "
-                         f"{TOLERANCE:g}). {hint}")
+        hint = _("Average each parameter's .grad over the ranks: "
+                 "dist.all_reduce(p.grad) then p.grad /= world_size, after backward "
+                 "and before step.")
+    raise ExerciseFailed(_("{name}: after {steps} steps {tensor} differs from one "
+                           "process on the whole batch by {gap:.2e} (tolerance "
+                           "{tolerance:g}). {hint}").format(
+                               name=name, steps=steps, tensor=gap[0], gap=gap[1],
+                               tolerance=TOLERANCE, hint=hint))
 
 
 # ---------------------------------------------------------------- exercise 3.3: reference
@@ -270,8 +284,9 @@ def _spies(ctx, events: list):
         if ctx.rank != 0 and path and (
                 not os.path.exists(path) or (_marker(path, "saving").exists()
                                              and not _marker(path, "written").exists())):
-            raise _CheckStop(f"labkit check: rank {ctx.rank} called torch.load before "
-                             "rank 0 had finished writing the checkpoint")
+            raise _CheckStop(_("labkit check: rank {rank} called torch.load before "
+                               "rank 0 had finished writing the checkpoint").format(
+                                   rank=ctx.rank))
         return load(f, *args, **kwargs)
 
     def spied_barrier(*args, **kwargs):
@@ -353,17 +368,18 @@ def _read_checkpoint(path: str):
 
 def _explain_crash(traceback_text: str) -> str | None:
     """Name the mistake behind an exception in the learner's DDP worker."""
-    if "before rank 0 had finished writing" in traceback_text:
-        return ("A rank loaded the checkpoint without waiting: call dist.barrier() on "
-                "every rank after rank 0's torch.save and before torch.load (without it "
-                "rank 1 reads a file that is not written yet).")
+    if ("_CheckStop" in traceback_text   # ours, in any language
+            or "before rank 0 had finished writing" in traceback_text):
+        return _("A rank loaded the checkpoint without waiting: call dist.barrier() on "
+                 "every rank after rank 0's torch.save and before torch.load (without "
+                 "it rank 1 reads a file that is not written yet).")
     if "FileNotFoundError" in traceback_text:
-        return ("A rank loaded the checkpoint before rank 0 had written it: the "
-                "dist.barrier() must come after the save, on every rank.")
+        return _("A rank loaded the checkpoint before rank 0 had written it: the "
+                 "dist.barrier() must come after the save, on every rank.")
     if "has no attribute 'module'" in traceback_text:
-        return ("model.module is DDP's wrapped model: wrap the model in "
-                "DistributedDataParallel (the `wrap` function), then save "
-                "model.module.state_dict().")
+        return _("model.module is DDP's wrapped model: wrap the model in "
+                 "DistributedDataParallel (the `wrap` function), then save "
+                 "model.module.state_dict().")
     return None
 
 
@@ -375,26 +391,30 @@ def _explain_weights(ranks: list, epochs: int) -> str | None:
     """Name the missing or misplaced call behind wrong weights, from the spies."""
     for rank, result in enumerate(ranks):
         if not _events(result, "ddp"):
-            return (f"Rank {rank} never built DistributedDataParallel(...): `wrap` must "
-                    "return DDP(model) (device_ids=[device] on a GPU); without it the "
-                    "ranks never average their gradients.")
+            return _("Rank {rank} never built DistributedDataParallel(...): `wrap` "
+                     "must return DDP(model) (device_ids=[device] on a GPU); without it "
+                     "the ranks never average their gradients.").format(rank=rank)
         samplers = _events(result, "sampler")
         if not samplers:
-            return (f"Rank {rank} made no DistributedSampler: without it every rank "
-                    "reads the whole data set in the same order, so N ranks repeat one "
-                    "rank's work. Pass sampler=DistributedSampler(dataset, ...) to the "
-                    "DataLoader (and no shuffle=True there).")
+            return _("Rank {rank} made no DistributedSampler: without it every rank "
+                     "reads the whole data set in the same order, so N ranks repeat one "
+                     "rank's work. Pass sampler=DistributedSampler(dataset, ...) to the "
+                     "DataLoader (and no shuffle=True there).").format(rank=rank)
         if samplers[-1]["num_replicas"] != len(ranks) or samplers[-1]["rank"] != rank:
-            return (f"Rank {rank}'s DistributedSampler has num_replicas="
-                    f"{samplers[-1]['num_replicas']}, rank={samplers[-1]['rank']}: each "
-                    "rank then reads the wrong share (with num_replicas=1, the whole "
-                    "data set). Leave both out: the sampler reads them from the process "
-                    "group.")
+            return _("Rank {rank}'s DistributedSampler has num_replicas="
+                     "{num_replicas}, rank={sampler_rank}: each "
+                     "rank then reads the wrong share (with num_replicas=1, the whole "
+                     "data set). Leave both out: the sampler reads them from the "
+                     "process group.").format(
+                         rank=rank, num_replicas=samplers[-1]["num_replicas"],
+                         sampler_rank=samplers[-1]["rank"])
         epochs_set = [e["epoch"] for e in _events(result, "set_epoch")]
         if epochs_set != list(range(epochs)):
-            return (f"Rank {rank} called sampler.set_epoch with {epochs_set}, expected "
-                    f"{list(range(epochs))}: call sampler.set_epoch(epoch) at the start "
-                    "of every epoch, or every epoch repeats the first one's order.")
+            return _("Rank {rank} called sampler.set_epoch with {epochs_set}, expected "
+                     "{expected}: call sampler.set_epoch(epoch) at the start "
+                     "of every epoch, or every epoch repeats the first one's order."
+                     ).format(rank=rank, epochs_set=epochs_set,
+                              expected=list(range(epochs)))
     return None
 
 
@@ -405,35 +425,38 @@ def _check_checkpoint(name: str, ranks: list, path: str, want: dict) -> str:
     """
     saved = _read_checkpoint(path)
     if saved is None:
-        raise ExerciseFailed(
-            f"{name}: the ranks returned the right weights, but no checkpoint was "
-            f"written to cfg.checkpoint ({path}): rank 0 must torch.save the weights "
-            "there, and every rank load them back from that file.")
+        raise ExerciseFailed(_(
+            "{name}: the ranks returned the right weights, but no checkpoint was "
+            "written to cfg.checkpoint ({path}): rank 0 must torch.save the weights "
+            "there, and every rank load them back from that file.").format(name=name,
+                                                                           path=path))
     weights = _weights_in(saved)
     unseen = []
     if weights is None:
-        unseen.append("what the checkpoint holds (no state dict found in it)")
+        unseen.append(_("what the checkpoint holds (no state dict found in it)"))
     else:
         gap = first_difference(want, weights, TOLERANCE)
         if gap:
-            raise ExerciseFailed(
-                f"{name}: the checkpoint at cfg.checkpoint holds {gap[0]} off by "
-                f"{gap[1]:.2e} from the trained weights: save the model's state_dict() "
-                "after training.")
+            raise ExerciseFailed(_(
+                "{name}: the checkpoint at cfg.checkpoint holds {tensor} off by "
+                "{gap:.2e} from the trained weights: save the model's state_dict() "
+                "after training.").format(name=name, tensor=gap[0], gap=gap[1]))
     savers = [r for r, result in enumerate(ranks) if _events(result, "save")]
     if savers and savers != [0]:
-        raise ExerciseFailed(
-            f"{name}: rank(s) {savers} called torch.save: only rank 0 should write "
-            "(all ranks hold the same weights; N writers race on one file).")
+        raise ExerciseFailed(_(
+            "{name}: rank(s) {savers} called torch.save: only rank 0 should write "
+            "(all ranks hold the same weights; N writers race on one file).").format(
+                name=name, savers=savers))
     if not savers:
-        unseen.append("which rank wrote the file (it was not written with torch.save)")
+        unseen.append(_("which rank wrote the file (it was not written with "
+                        "torch.save)"))
     for rank, result in enumerate(ranks):
         loads = [e for e in _events(result, "load") if e["path"] in (None, path)]
         if not all(e["map_location"] for e in loads):
-            raise ExerciseFailed(
-                f"{name}: rank {rank} called torch.load without map_location: on GPUs "
+            raise ExerciseFailed(_(
+                "{name}: rank {rank} called torch.load without map_location: on GPUs "
                 "every rank would load onto the GPU the file was saved from (cuda:0). "
-                "Pass map_location=ctx.device.")
+                "Pass map_location=ctx.device.").format(name=name, rank=rank))
     return "; ".join(unseen)
 
 
@@ -456,39 +479,43 @@ def ddp_worker(path="ddp_worker.py", epochs: int = 2, limit: int = 1024,
         ranks = launch_program(
             name, spied_train, 2, args=(module.__name__, fields), timeout=60,
             explain=_explain_crash, module=module.__name__,
-            hang_hint="Is dist.barrier() called on every rank, not only on rank 0?")
+            hang_hint=_("Is dist.barrier() called on every rank, not only on rank 0?"))
         want = one_process_reference(cfg)
         for rank, result in enumerate(ranks):
             got = result["weights"]
             gap = (first_difference(want, plain_keys(got), TOLERANCE)
-                   if isinstance(got, dict) else ("the weights", float("inf")))
+                   if isinstance(got, dict) else (_("the weights"), float("inf")))
             if gap is None:
                 continue
             hint = _explain_weights(ranks, epochs)
             if hint is None and isinstance(got, dict):
                 same_order = one_process_reference(cfg, set_epoch=False)
                 if first_difference(same_order, plain_keys(got), TOLERANCE) is None:
-                    hint = ("That is the run without set_epoch: every epoch had the "
-                            "same order.")
-            hint = hint or ("Zero the gradients, then per batch: forward, "
-                            "cross_entropy, backward, step; move each batch to "
-                            "ctx.device.")
-            raise ExerciseFailed(
-                f"{name}: rank {rank} loaded weights whose {gap[0]} differs from one "
-                f"process trained on the same {epochs} epochs by {gap[1]:.2e} "
-                f"(tolerance {TOLERANCE:g}). {hint}")
+                    hint = _("That is the run without set_epoch: every epoch had the "
+                             "same order.")
+            hint = hint or _("Zero the gradients, then per batch: forward, "
+                             "cross_entropy, backward, step; move each batch to "
+                             "ctx.device.")
+            raise ExerciseFailed(_(
+                "{name}: rank {rank} loaded weights whose {tensor} differs from one "
+                "process trained on the same {epochs} epochs by {gap:.2e} "
+                "(tolerance {tolerance:g}). {hint}").format(
+                    name=name, rank=rank, tensor=gap[0], epochs=epochs, gap=gap[1],
+                    tolerance=TOLERANCE, hint=hint))
         unseen = _check_checkpoint(name, ranks, fields["checkpoint"], want)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     steps = epochs * limit // (2 * batch_per_rank)
     not_checked = ("; ".join(filter(None, [
-        "ranks on separate machines (one file system here: on a cluster the file must "
-        "be on a disk every node sees)", "where loaded tensors land on GPUs (CPU ranks)",
-        unseen])))
-    passed(name, f"2 ranks x {batch_per_rank} images = one process x "
-                 f"{2 * batch_per_rank}, to {TOLERANCE:g} after {steps} steps; saved "
-                 f"once by rank 0, loaded everywhere after it was written. Not checked "
-                 f"here: {not_checked}.")
+        _("ranks on separate machines (one file system here: on a cluster the file "
+          "must be on a disk every node sees)"),
+        _("where loaded tensors land on GPUs (CPU ranks)"), unseen])))
+    passed(name, _("2 ranks x {batch_per_rank} images = one process x "
+                   "{global_batch}, to {tolerance:g} after {steps} steps; saved "
+                   "once by rank 0, loaded everywhere after it was written. Not checked "
+                   "here: {not_checked}.").format(
+                       batch_per_rank=batch_per_rank, global_batch=2 * batch_per_rank,
+                       tolerance=TOLERANCE, steps=steps, not_checked=not_checked))
 
 
 # ---------------------------------------------------------------- exercise 3.4
@@ -497,16 +524,17 @@ def ddp_worker(path="ddp_worker.py", epochs: int = 2, limit: int = 1024,
 def _torchrun_failure(stderr: str) -> str:
     """Say what went wrong in a torchrun run, from its stderr."""
     if "NotImplementedError" in stderr:
-        return "not done yet: setup_from_env still raises NotImplementedError."
+        return _("not done yet: setup_from_env still raises NotImplementedError.")
     lines = [line for line in stderr.splitlines() if line.strip()]
     errors = [line for line in lines if "Error" in line and not line.startswith(" ")]
-    last = errors[-1] if errors else (lines[-1] if lines else "(no output)")
+    last = errors[-1] if errors else (lines[-1] if lines else _("(no output)"))
     hint = ""
     if "RANK" in last and "not set" in last:
-        hint = " Read RANK, WORLD_SIZE and LOCAL_RANK from os.environ (torchrun sets them)."
+        hint = _(" Read RANK, WORLD_SIZE and LOCAL_RANK from os.environ (torchrun sets "
+                 "them).")
     elif "init_process_group" in stderr and "Default process group" in stderr:
-        hint = " Call dist.init_process_group(backend, init_method='env://') first."
-    return f"torchrun failed: {last.strip()}.{hint}"
+        hint = _(" Call dist.init_process_group(backend, init_method='env://') first.")
+    return _("torchrun failed: {error}.{hint}").format(error=last.strip(), hint=hint)
 
 
 _TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
@@ -572,33 +600,38 @@ def _device_choices(name: str, module) -> str:
                 with _fake_node(module, gpus, local_rank, 2, seen):
                     ctx = module.setup_from_env()
             except NotImplementedError:
-                raise ExerciseFailed(f"{name}: not done yet: setup_from_env still "
-                                     "raises NotImplementedError.") from None
+                raise ExerciseFailed(_("{name}: not done yet: setup_from_env still "
+                                       "raises NotImplementedError.").format(name=name)
+                                     ) from None
             except Exception as err:   # it needs something the fake does not have
-                return (f"the device choice on GPUs (setup_from_env stopped against a "
-                        f"fake torch.cuda: {type(err).__name__}: {err})")
+                return _("the device choice on GPUs (setup_from_env stopped against a "
+                         "fake torch.cuda: {error_type}: {error})").format(
+                             error_type=type(err).__name__, error=err)
             backend = seen.get("backend") or getattr(ctx, "backend", None)
             device = torch.device(getattr(ctx, "device", "cpu"))
             chosen.append((str(backend).lower(), device, seen))
-        backends = {backend for backend, _, _ in chosen}
+        backends = {backend for backend, _device, _seen in chosen}
         if len(backends) > 1:
-            detail = ", ".join(f"local rank {r} {b} on {d}"
-                               for r, (b, d, _) in enumerate(chosen))
-            raise ExerciseFailed(
-                f"{name}: on a node with {gpus} GPU(s) and 2 processes your "
-                f"setup_from_env chose {detail}: one job must use ONE backend (the "
+            detail = ", ".join(_("local rank {rank} {backend} on {device}").format(
+                                   rank=r, backend=b, device=d)
+                               for r, (b, d, _seen) in enumerate(chosen))
+            raise ExerciseFailed(_(
+                "{name}: on a node with {gpus} GPU(s) and 2 processes your "
+                "setup_from_env chose {detail}: one job must use ONE backend (the "
                 "ranks would wait for each other forever). Choose per job, not per "
                 "process: NCCL only when torch.cuda.device_count() >= "
-                "int(os.environ['LOCAL_WORLD_SIZE']), else gloo on the CPU everywhere.")
+                "int(os.environ['LOCAL_WORLD_SIZE']), else gloo on the CPU everywhere."
+            ).format(name=name, gpus=gpus, detail=detail))
         if "nccl" in backends:
-            devices = [d for _, d, _ in chosen]
+            devices = [d for _backend, d, _seen in chosen]
             if (gpus < 2 or any(d.type != "cuda" for d in devices)
                     or len(set(devices)) < 2):
-                raise ExerciseFailed(
-                    f"{name}: on a node with {gpus} GPU(s) and 2 processes your "
-                    f"setup_from_env chose NCCL on {[str(d) for d in devices]}: NCCL "
+                raise ExerciseFailed(_(
+                    "{name}: on a node with {gpus} GPU(s) and 2 processes your "
+                    "setup_from_env chose NCCL on {devices}: NCCL "
                     "needs a GPU of its own for every process, cuda:<LOCAL_RANK>. With "
-                    "fewer GPUs than LOCAL_WORLD_SIZE, use gloo on the CPU.")
+                    "fewer GPUs than LOCAL_WORLD_SIZE, use gloo on the CPU.").format(
+                        name=name, gpus=gpus, devices=[str(d) for d in devices]))
     return ""
 
 
@@ -626,13 +659,14 @@ def ddp_under_torchrun(path="ddp_script.py", worker_path="ddp_worker.py",
         done = run_command(torchrun, timeout, env=env, cwd=script.parent)
     except subprocess.TimeoutExpired:
         shutil.rmtree(out.parent, ignore_errors=True)
-        raise ExerciseFailed(f"{name}: torchrun did not finish within {timeout:g} s: a "
-                             "rank waits for another (init_process_group on every "
-                             "rank? the same world size? one backend for the job?)."
-                             ) from None
+        raise ExerciseFailed(_("{name}: torchrun did not finish within {timeout:g} s: "
+                               "a rank waits for another (init_process_group on every "
+                               "rank? the same world size? one backend for the job?)."
+                               ).format(name=name, timeout=timeout)) from None
     if done.returncode != 0 or not out.exists():
         shutil.rmtree(out.parent, ignore_errors=True)
-        raise ExerciseFailed(f"{name}: {_torchrun_failure(done.stderr)}")
+        raise ExerciseFailed(_("{name}: {failure}").format(
+            name=name, failure=_torchrun_failure(done.stderr)))
     saved = torch.load(out, weights_only=True)
     shutil.rmtree(out.parent)
     weights = _weights_in(saved) or {}
@@ -640,11 +674,13 @@ def ddp_under_torchrun(path="ddp_script.py", worker_path="ddp_worker.py",
     want = one_process_reference(module.Config(epochs=epochs, limit=limit))
     gap = first_difference(want, weights, TOLERANCE)
     if gap:
-        raise ExerciseFailed(
-            f"{name}: under torchrun, {gap[0]} differs from one process by "
-            f"{gap[1]:.2e}: is every rank in one process group of world size 2 "
-            "(read WORLD_SIZE and RANK, not LOCAL_RANK alone)?")
-    gpu = (f"not checked: {unseen}" if unseen else
-           "the GPU choice was checked against a faked node with 0, 1 and 2 GPUs")
-    passed(name, "The same worker, unchanged, under torchrun: same weights as one "
-                 f"process (CPU ranks, GPUs hidden for exact float32; {gpu}).")
+        raise ExerciseFailed(_(
+            "{name}: under torchrun, {tensor} differs from one process by "
+            "{gap:.2e}: is every rank in one process group of world size 2 "
+            "(read WORLD_SIZE and RANK, not LOCAL_RANK alone)?").format(
+                name=name, tensor=gap[0], gap=gap[1]))
+    gpu = (_("not checked: {unseen}").format(unseen=unseen) if unseen else
+           _("the GPU choice was checked against a faked node with 0, 1 and 2 GPUs"))
+    passed(name, _("The same worker, unchanged, under torchrun: same weights as one "
+                   "process (CPU ranks, GPUs hidden for exact float32; {gpu}).").format(
+                       gpu=gpu))

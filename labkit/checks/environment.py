@@ -12,6 +12,7 @@ from torch import nn
 from labkit import estimate, models
 from labkit.checks._core import attempt, expect_close, passed
 from labkit.checks._reference import use_reference
+from labkit.messages import _
 
 __all__ = ["use_reference", "count_parameters", "training_memory", "allreduce_time"]
 
@@ -40,18 +41,19 @@ def count_parameters(fn) -> None:
             models.small_cnn(),
             models.count_parameters(models.small_cnn()),
         ),
-        ("a model whose first layer is frozen", frozen, 12),
+        (_("a model whose first layer is frozen"), frozen, 12),
     ]
     for case, model, want in cases:
         got = _number(name, fn, model)
         hint = (
-            "Frozen parameters (requires_grad=False) get no gradient or Adam state: "
-            "skip them."
-            if case.startswith("a model")
-            else "Sum p.numel() over model.parameters(): weights and biases both count."
+            _("Frozen parameters (requires_grad=False) get no gradient or Adam state: "
+              "skip them.")
+            if model is frozen
+            else _("Sum p.numel() over model.parameters(): weights and biases both "
+                   "count.")
         )
         expect_close(name, got, want, case, hint)
-    passed(name, "Biases count too, and frozen weights cost no gradient memory.")
+    passed(name, _("Biases count too, and frozen weights cost no gradient memory."))
 
 
 def training_memory(fn) -> None:
@@ -70,13 +72,15 @@ def training_memory(fn) -> None:
             else None
         )
         hint = {
-            1: "You counted the weights only: gradients and Adam's two states "
-            "(m and v) are the same size.",
-            2: "Weights and gradients are there; Adam keeps two more states (m and v).",
-            3: "Adam keeps two states per parameter (m and v), not one.",
+            1: _("You counted the weights only: gradients and Adam's two states "
+                 "(m and v) are the same size."),
+            2: _("Weights and gradients are there; Adam keeps two more states (m and "
+                 "v)."),
+            3: _("Adam keeps two states per parameter (m and v), not one."),
         }.get(round(copies) if copies is not None else None, "")
         if got == want - activations and activations:
-            hint = "Add the activation bytes: they are passed in, not estimated here."
+            hint = _("Add the activation bytes: they are passed in, not estimated "
+                     "here.")
         expect_close(
             name,
             got,
@@ -85,7 +89,7 @@ def training_memory(fn) -> None:
             f"activation_bytes={activations:,}",
             hint,
         )
-    passed(name, "16 bytes per parameter in fp32 before a single activation.")
+    passed(name, _("16 bytes per parameter in fp32 before a single activation."))
 
 
 def allreduce_time(fn) -> None:
@@ -108,30 +112,34 @@ def allreduce_time(fn) -> None:
             name,
             got,
             want,
-            f"{num_params:,} params, {world_size} GPUs, {link} GB/s, {width} B/value, "
-            f"latency {latency * 1e6:g} us",
+            _("{num_params:,} params, {world_size} GPUs, {link} GB/s, {width} B/value, "
+              "latency {latency_us:g} us").format(
+                  num_params=num_params, world_size=world_size, link=link, width=width,
+                  latency_us=latency * 1e6),
             hint,
         )
-    passed(name, "Bandwidth bounds large messages, latency small ones (lab 06 fits both).")
+    passed(name, _("Bandwidth bounds large messages, latency small ones (lab 06 fits "
+                   "both)."))
 
 
 def _allreduce_hint(got, want, num_params, world_size, link, width, latency) -> str:
     """Name the classic mistake in an all-reduce time estimate."""
     if not isinstance(got, (int, float)) or not want:
-        return ("With one GPU there is nothing to synchronise: 0 seconds."
+        return (_("With one GPU there is nothing to synchronise: 0 seconds.")
                 if world_size == 1 and got != 0 else "")
     plain = num_params * width / (link * 1e9)
     bandwidth = want - 2 * (world_size - 1) * latency
     close = lambda a, b: abs(a - b) < 1e-9 * max(abs(b), 1e-15)   # noqa: E731
     if latency and close(got, bandwidth):
-        return (f"The latency is missing: a ring takes 2(n-1) = {2 * (world_size - 1)} "
-                "steps, and each step pays the link's latency once.")
+        return _("The latency is missing: a ring takes 2(n-1) = {steps} steps, and "
+                 "each step pays the link's latency once.").format(
+                     steps=2 * (world_size - 1))
     if latency and close(got, bandwidth + latency):
-        return "The ring pays the latency in each of its 2(n-1) steps, not once."
+        return _("The ring pays the latency in each of its 2(n-1) steps, not once.")
     if close(got * 8, want):
-        return "Units: the link is in gigaBYTES per second; 10 Gbit/s is 1.25 GB/s."
+        return _("Units: the link is in gigaBYTES per second; 10 Gbit/s is 1.25 GB/s.")
     if close(got, plain):
-        return "A ring all-reduce moves each byte twice: reduce-scatter, all-gather"
+        return _("A ring all-reduce moves each byte twice: reduce-scatter, all-gather")
     if close(got, 2 * plain):
-        return "Each GPU sends 2(n-1)/n of the bytes, not 2x."
+        return _("Each GPU sends 2(n-1)/n of the bytes, not 2x.")
     return ""

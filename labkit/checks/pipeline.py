@@ -18,6 +18,7 @@ from labkit.checks._reference import use_reference
 from labkit.checks._programs import launch_program, load_program
 from labkit.checks._split import (BOUND_S, CONFIG, NOT_CHECKED, TOLERANCE,
                                   explain_messages, first_gap)
+from labkit.messages import _
 
 __all__ = ["use_reference", "gpipe_table", "gpipe_step", "one_f_one_b"]
 
@@ -44,11 +45,13 @@ def gpipe_table(fn) -> None:
                 for row in pipeline.schedule("gpipe", p, m)]
         got = _table(attempt(name, fn, p, m))
         if got != want:
-            hint = (f"{p} rows (ranks) of {2 * (m + p - 1)} steps each: rank r does "
-                    f"F0 at step r, and B0 of the last rank follows F{m - 1}. "
-                    "Expected:\n" + timeline.as_text(pipeline.schedule("gpipe", p, m)))
-            raise ExerciseFailed(f"{name}: wrong table for p={p}, m={m}: {hint}")
-    passed(name, "Count the dots: 2(p-1) idle steps on every rank.")
+            hint = _("{p} rows (ranks) of {steps} steps each: rank r does F0 at step "
+                     "r, and B0 of the last rank follows F{last}. Expected:\n{table}"
+                     ).format(p=p, steps=2 * (m + p - 1), last=m - 1,
+                              table=timeline.as_text(pipeline.schedule("gpipe", p, m)))
+            raise ExerciseFailed(_("{name}: wrong table for p={p}, m={m}: {hint}"
+                                   ).format(name=name, p=p, m=m, hint=hint))
+    passed(name, _("Count the dots: 2(p-1) idle steps on every rank."))
 
 
 # ---------------------------------------------------------------- shared
@@ -76,22 +79,25 @@ def _check_gradients(name: str, ranks: list, cfg, run: int, what: str,
     if gap:
         rank, tensor, size = gap
         if m > 1 and first_gap(want["grads"], ranks, cfg, run, scale=m) is None:
-            hint = (f"Every gradient is {m} times the full batch's: the micro-batch "
-                    f"losses were added up, not averaged. Divide each micro-batch's "
-                    f"loss by m = {m} before its backward (the mean of m means is the "
-                    "batch's mean).")
+            hint = _("Every gradient is {m} times the full batch's: the micro-batch "
+                     "losses were added up, not averaged. Divide each micro-batch's "
+                     "loss by m = {m} before its backward (the mean of m means is the "
+                     "batch's mean).").format(m=m)
         elif order_hint:
             hint = order_hint
         else:
-            hint = ("Does the last rank pair micro-batch i's output with micro-batch "
-                    "i's targets, and does each received gradient go to the out of "
-                    "the same micro-batch?")
-        raise ExerciseFailed(f"{name}: {what}, m={m}: rank {rank}'s gradient of "
-                             f"{tensor} differs from the full batch's by {size:.2e} "
-                             f"(tolerance {TOLERANCE:g}). {hint}")
+            hint = _("Does the last rank pair micro-batch i's output with micro-batch "
+                     "i's targets, and does each received gradient go to the out of "
+                     "the same micro-batch?")
+        raise ExerciseFailed(_("{name}: {what}, m={m}: rank {rank}'s gradient of "
+                               "{tensor} differs from the full batch's by {gap:.2e} "
+                               "(tolerance {tolerance:g}). {hint}").format(
+                                   name=name, what=what, m=m, rank=rank, tensor=tensor,
+                                   gap=size, tolerance=TOLERANCE, hint=hint))
     expect_close(name, ranks[-1]["runs"][run]["loss"], want["loss"],
-                 f"{what}, m={m}: the loss returned by the last rank",
-                 "Return the sum of the micro-batch losses, each divided by m.",
+                 _("{what}, m={m}: the loss returned by the last rank").format(
+                     what=what, m=m),
+                 _("Return the sum of the micro-batch losses, each divided by m."),
                  rel=1e-5)
 
 
@@ -100,11 +106,11 @@ def _check_gradients(name: str, ranks: list, cfg, run: int, what: str,
 
 def _explain_gpipe(text: str) -> str | None:
     if re.search(r"rank 0 waited .* dist\.recv\(src=1\)", text):
-        return ("Rank 0 waited in its backward wave for a gradient that never came: "
-                "after each backward the last rank sends x.grad back to ctx.rank - 1.")
+        return _("Rank 0 waited in its backward wave for a gradient that never came: "
+                 "after each backward the last rank sends x.grad back to ctx.rank - 1.")
     if re.search(r"rank 1 waited .* dist\.recv\(src=0\)", text):
-        return ("Rank 1 waited for activations: in the forward wave every rank but the "
-                "last sends each micro-batch's out (detached) to ctx.rank + 1.")
+        return _("Rank 1 waited for activations: in the forward wave every rank but "
+                 "the last sends each micro-batch's out (detached) to ctx.rank + 1.")
     return explain_messages(text)
 
 
@@ -113,12 +119,13 @@ def _backward_orders_hint(orders: list) -> str | None:
     backwards = [[i for kind, i in order if kind == "B"] for order in orders]
     if len({tuple(b) for b in backwards}) <= 1:
         return None
-    return ("The ranks ran their backward waves in different orders ("
-            + ", ".join(f"rank {r}: {b}" for r, b in enumerate(backwards))
-            + "). A rank receives gradients in the order the next rank sends them, "
-            "so here a gradient met another micro-batch's activations. Run the "
-            "backward wave in the same micro-batch order on every rank (any order, "
-            "e.g. 0, 1, ..., m-1).")
+    orders_seen = ", ".join(_("rank {rank}: {order}").format(rank=r, order=b)
+                            for r, b in enumerate(backwards))
+    return _("The ranks ran their backward waves in different orders ({orders}). A "
+             "rank receives gradients in the order the next rank sends them, so here a "
+             "gradient met another micro-batch's activations. Run the backward wave in "
+             "the same micro-batch order on every rank (any order, e.g. 0, 1, ..., "
+             "m-1).").format(orders=orders_seen)
 
 
 def _check_fill_drain(name: str, orders: list, m: int) -> None:
@@ -128,14 +135,14 @@ def _check_fill_drain(name: str, orders: list, m: int) -> None:
     GPipe (what section 3 measures) runs every forward before the first backward.
     """
     for rank, order in enumerate(orders):
-        kinds = "".join(kind for kind, _ in order)
+        kinds = "".join(kind for kind, _microbatch in order)
         if kinds != "F" * m + "B" * m:
-            raise ExerciseFailed(
-                f"{name}: m={m}: the gradients are right, but rank {rank} ran "
-                f"{_text(order)}: that is not GPipe's fill-drain. GPipe runs the "
+            raise ExerciseFailed(_(
+                "{name}: m={m}: the gradients are right, but rank {rank} ran "
+                "{order}: that is not GPipe's fill-drain. GPipe runs the "
                 "forward wave (all m forwards) before the backward wave (all m "
                 "backwards), in any micro-batch order; section 3 measures that "
-                "schedule.")
+                "schedule.").format(name=name, m=m, rank=rank, order=_text(order)))
 
 
 def gpipe_step(path="gpipe.py", bound_s: float = BOUND_S) -> None:
@@ -156,9 +163,9 @@ def gpipe_step(path="gpipe.py", bound_s: float = BOUND_S) -> None:
         orders = [r["runs"][run]["order"] for r in ranks]
         _check_gradients(name, ranks, cfg, run, "GPipe", _backward_orders_hint(orders))
         _check_fill_drain(name, orders, cfg.num_microbatches)
-    passed(name, "m = 2 and 4: the full batch's gradients (to "
-                 f"{TOLERANCE:g}) on both ranks, every forward before the first "
-                 f"backward. {NOT_CHECKED}")
+    passed(name, _("m = 2 and 4: the full batch's gradients (to {tolerance:g}) on "
+                   "both ranks, every forward before the first backward. {not_checked}"
+                   ).format(tolerance=TOLERANCE, not_checked=_(NOT_CHECKED)))
 
 
 # ---------------------------------------------------------------- exercise 5.3
@@ -167,15 +174,18 @@ def gpipe_step(path="gpipe.py", bound_s: float = BOUND_S) -> None:
 def _order_hint(got: list, want: list, rank: int, p: int, m: int) -> str:
     """Say how a 1F1B order differs from the reference, starting with the warm-up."""
     def lead(order):   # forwards before the first backward
-        return next((k for k, (kind, _) in enumerate(order) if kind == "B"), len(order))
+        return next((k for k, (kind, _microbatch) in enumerate(order) if kind == "B"),
+                    len(order))
 
     if lead(got) != lead(want):
         warmup = min(p - rank - 1, m)
-        return (f"1F1B's warm-up on rank {rank} of {p} is min(p - rank - 1, m) = "
-                f"{warmup} forward(s), then one forward and one backward in turn, so "
-                f"its first backward comes after {lead(want)} forward(s); yours after "
-                f"{lead(got)}.")
-    return "After the warm-up: one forward, one backward in turn, then the cool-down."
+        return _("1F1B's warm-up on rank {rank} of {p} is min(p - rank - 1, m) = "
+                 "{warmup} forward(s), then one forward and one backward in turn, so "
+                 "its first backward comes after {want_lead} forward(s); yours after "
+                 "{got_lead}.").format(rank=rank, p=p, warmup=warmup,
+                                       want_lead=lead(want), got_lead=lead(got))
+    return _("After the warm-up: one forward, one backward in turn, then the "
+             "cool-down.")
 
 
 def _normalised(got) -> list | None:
@@ -196,27 +206,28 @@ def _check_orders(name: str, fn) -> list:
         for rank, want in enumerate(_reference_orders("1f1b", p, m)):
             got = _normalised(attempt(name, fn, rank, p, m))
             if got is None:
-                raise ExerciseFailed(f"{name}: return a list of (\"F\", i) and "
-                                     "(\"B\", i) pairs.")
+                raise ExerciseFailed(_("{name}: return a list of (\"F\", i) and "
+                                       "(\"B\", i) pairs.").format(name=name))
             if got != want:
-                raise ExerciseFailed(
-                    f"{name}: rank {rank} of {p} stages, m={m}: expected\n  "
-                    f"{_text(want)}\ngot\n  {_text(got)}\n"
-                    f"{_order_hint(got, want, rank, p, m)}")
+                raise ExerciseFailed(_(
+                    "{name}: rank {rank} of {p} stages, m={m}: expected\n  "
+                    "{want}\ngot\n  {got}\n{hint}").format(
+                        name=name, rank=rank, p=p, m=m, want=_text(want),
+                        got=_text(got), hint=_order_hint(got, want, rank, p, m)))
     return [_normalised(fn(rank, 2, 4)) for rank in range(2)]
 
 
 def _explain_order(text: str) -> str | None:
     if "blocking dist.send" in text:
-        return ("Two blocking sends facing each other: in 1F1B a rank sends "
-                "activations forward while the next rank sends it a gradient back, "
-                "and a blocking dist.send waits until the other side receives, so "
-                "both wait forever (deadlock). Send with dist.isend, keep the "
-                "handles, and wait on them at the end of the step.")
+        return _("Two blocking sends facing each other: in 1F1B a rank sends "
+                 "activations forward while the next rank sends it a gradient back, "
+                 "and a blocking dist.send waits until the other side receives, so "
+                 "both wait forever (deadlock). Send with dist.isend, keep the "
+                 "handles, and wait on them at the end of the step.")
     if "waited" in text and "dist.recv" in text:
-        return ("The two ranks' orders do not fit together: one waits for a message "
-                "the other never sends. Is every micro-batch forwarded and backwarded "
-                "once on each rank?")
+        return _("The two ranks' orders do not fit together: one waits for a message "
+                 "the other never sends. Is every micro-batch forwarded and backwarded "
+                 "once on each rank?")
     return explain_messages(text)
 
 
@@ -242,11 +253,16 @@ def one_f_one_b(path="one_f_one_b.py", bound_s: float = BOUND_S) -> None:
         held[schedule] = [r["runs"][run]["peak_held"] for r in ranks]
         want = pipeline.peak_activations(pipeline.schedule(schedule, 2, 4))
         if held[schedule] != want:
-            raise ExerciseFailed(f"{name}: {schedule} on 2 ranks held {held[schedule]} "
-                                 f"micro-batches of activations at once, not {want}: "
-                                 "free each micro-batch's activations at its backward.")
+            raise ExerciseFailed(_("{name}: {schedule} on 2 ranks held {held} "
+                                   "micro-batches of activations at once, not {want}: "
+                                   "free each micro-batch's activations at its "
+                                   "backward.").format(name=name, schedule=schedule,
+                                                       held=held[schedule], want=want))
     kib = [ranks[0]["runs"][run]["peak_bytes"] / 2**10 for run in (0, 1)]
-    passed(name, f"1F1B orders right for {len(ORDER_CASES)} (p, m); on 2 ranks (m=4) "
-                 f"the full batch's gradients, holding {held['1f1b']} micro-batches of "
-                 f"activations (rank 0: {kib[0]:.0f} KiB) where GPipe holds "
-                 f"{held['gpipe']} ({kib[1]:.0f} KiB). {NOT_CHECKED}")
+    passed(name, _("1F1B orders right for {cases} (p, m); on 2 ranks (m=4) the full "
+                   "batch's gradients, holding {held_1f1b} micro-batches of "
+                   "activations (rank 0: {kib_1f1b:.0f} KiB) where GPipe holds "
+                   "{held_gpipe} ({kib_gpipe:.0f} KiB). {not_checked}").format(
+                       cases=len(ORDER_CASES), held_1f1b=held["1f1b"], kib_1f1b=kib[0],
+                       held_gpipe=held["gpipe"], kib_gpipe=kib[1],
+                       not_checked=_(NOT_CHECKED)))

@@ -12,6 +12,7 @@ from torch import nn
 from labkit import data, train
 from labkit.checks._core import ExerciseFailed, attempt, passed
 from labkit.checks._reference import use_reference
+from labkit.messages import _
 
 __all__ = ["use_reference", "device_choice", "mnist_transform", "minibatches", "train_step"]
 
@@ -26,20 +27,23 @@ def device_choice(fn) -> None:
                 mock.patch("torch.cuda.device_count", lambda: int(available)):
             got = attempt(name, fn)
         if not isinstance(got, torch.device):
-            raise ExerciseFailed(f"{name}: return a torch.device (torch.device("
-                                 f"'cuda') or torch.device('cpu')), got {got!r}.")
+            raise ExerciseFailed(_(
+                "{exercise}: return a torch.device (torch.device('cuda') or "
+                "torch.device('cpu')), got {got!r}.").format(exercise=name, got=got))
         if got.type != want:
             hint = (
-                "`torch.cuda.is_available` without () is a function object, and a "
-                "function is always truthy: call it."
+                _("`torch.cuda.is_available` without () is a function object, and a "
+                  "function is always truthy: call it.")
                 if want == "cpu"
-                else "When CUDA is available, return torch.device('cuda') (or 'cuda:0')."
+                else _("When CUDA is available, return torch.device('cuda') (or "
+                       "'cuda:0').")
             )
-            raise ExerciseFailed(
-                f"{name}: with CUDA available={available} expected "
-                f"{want!r}, got {got.type!r}. {hint}"
-            )
-    passed(name, "The seed's bug (no brackets) would have picked CUDA on a laptop.")
+            raise ExerciseFailed(_(
+                "{exercise}: with CUDA available={available} expected "
+                "{want!r}, got {got!r}. {hint}"
+            ).format(exercise=name, available=available, want=want, got=got.type,
+                     hint=hint))
+    passed(name, _("The seed's bug (no brackets) would have picked CUDA on a laptop."))
 
 
 def mnist_transform(fn) -> None:
@@ -51,31 +55,33 @@ def mnist_transform(fn) -> None:
     try:
         out = transform(Image.fromarray(pixels, mode="L"))
     except TypeError as err:
-        raise ExerciseFailed(
-            f"{name}: applying your transform raised TypeError ({err}). "
+        raise ExerciseFailed(_(
+            "{exercise}: applying your transform raised TypeError ({error}). "
             "Did you write transforms.ToTensor without ()? Compose "
             "needs instances: transforms.ToTensor()."
-        ) from None
+        ).format(exercise=name, error=err)) from None
     if (
         not isinstance(out, torch.Tensor)
         or out.shape != (1, 28, 28)
         or out.dtype != torch.float32
     ):
-        raise ExerciseFailed(
-            f"{name}: expected a float32 tensor of shape (1, 28, 28), got "
-            f"{getattr(out, 'dtype', type(out))} {getattr(out, 'shape', '')}."
-        )
+        raise ExerciseFailed(_(
+            "{exercise}: expected a float32 tensor of shape (1, 28, 28), got "
+            "{dtype} {shape}."
+        ).format(exercise=name, dtype=getattr(out, "dtype", type(out)),
+                 shape=getattr(out, "shape", "")))
     want_black, want_white = -data.MEAN / data.STD, (1 - data.MEAN) / data.STD
     if not (
         abs(out[0, 1, 1] - want_black) < 1e-4 and abs(out[0, 0, 0] - want_white) < 1e-4
     ):
-        raise ExerciseFailed(
-            f"{name}: a black pixel should become {want_black:.4f} and a "
-            f"white one {want_white:.4f}, got {out[0, 1, 1]:.4f} and "
-            f"{out[0, 0, 0]:.4f}. Normalize((MEAN,), (STD,)) after "
+        raise ExerciseFailed(_(
+            "{exercise}: a black pixel should become {want_black:.4f} and a "
+            "white one {want_white:.4f}, got {got_black:.4f} and "
+            "{got_white:.4f}. Normalize((MEAN,), (STD,)) after "
             "ToTensor(), with data.MEAN and data.STD."
-        )
-    passed(name, "Both brackets in place; pixels are centred and scaled.")
+        ).format(exercise=name, want_black=want_black, want_white=want_white,
+                 got_black=out[0, 1, 1], got_white=out[0, 0, 0]))
+    passed(name, _("Both brackets in place; pixels are centred and scaled."))
 
 
 def minibatches(fn) -> None:
@@ -84,33 +90,34 @@ def minibatches(fn) -> None:
     labels = torch.arange(10)
     images = labels.float().view(10, 1, 1, 1).expand(10, 1, 2, 2).clone()
     gen = torch.Generator().manual_seed(0)
-    epochs = [list(attempt(name, fn, images, labels, 4, gen)) for _ in range(2)]
-    sizes = [len(y) for _, y in epochs[0]]
+    epochs = [list(attempt(name, fn, images, labels, 4, gen)) for _epoch in range(2)]
+    sizes = [len(y) for _x, y in epochs[0]]
     if sizes != [4, 4, 2]:
-        raise ExerciseFailed(
-            f"{name}: 10 samples in batches of 4 should give sizes "
-            f"[4, 4, 2] (keep the last, short batch), got {sizes}."
-        )
+        raise ExerciseFailed(_(
+            "{exercise}: 10 samples in batches of 4 should give sizes "
+            "[4, 4, 2] (keep the last, short batch), got {sizes}."
+        ).format(exercise=name, sizes=sizes))
     for batches in epochs:
-        seen = torch.cat([y for _, y in batches])
+        seen = torch.cat([y for _x, y in batches])
         if sorted(seen.tolist()) != list(range(10)):
-            raise ExerciseFailed(
-                f"{name}: each epoch must visit every sample once, saw "
-                f"{seen.tolist()}. Slice one permutation, don't sample."
-            )
+            raise ExerciseFailed(_(
+                "{exercise}: each epoch must visit every sample once, saw "
+                "{seen}. Slice one permutation, don't sample."
+            ).format(exercise=name, seen=seen.tolist()))
         if any(not torch.equal(x[:, 0, 0, 0].long(), y) for x, y in batches):
-            raise ExerciseFailed(
-                f"{name}: images and labels went out of step: index both "
+            raise ExerciseFailed(_(
+                "{exercise}: images and labels went out of step: index both "
                 "with the same indices."
-            )
-    orders = [torch.cat([y for _, y in b]).tolist() for b in epochs]
+            ).format(exercise=name))
+    orders = [torch.cat([y for _x, y in b]).tolist() for b in epochs]
     if orders[0] == list(range(10)) or orders[0] == orders[1]:
-        raise ExerciseFailed(
-            f"{name}: the order should be shuffled, and differ between "
-            f"epochs; got {orders}. Draw torch.randperm(n, generator=...) "
+        raise ExerciseFailed(_(
+            "{exercise}: the order should be shuffled, and differ between "
+            "epochs; got {orders}. Draw torch.randperm(n, generator=...) "
             "on every call."
-        )
-    passed(name, "One gather per batch, no per-sample Python: that is the fast path.")
+        ).format(exercise=name, orders=orders))
+    passed(name, _("One gather per batch, no per-sample Python: that is the fast "
+                   "path."))
 
 
 def _tiny_problem():
@@ -131,29 +138,31 @@ def train_step(fn) -> None:
         want = train.train_step(reference, images, labels, ref_opt)
         got = attempt(name, fn, model, images, labels, opt)
         if not isinstance(got, float):
-            raise ExerciseFailed(
-                f"{name}: return the loss as a Python float "
-                f"(loss.item()), got {type(got).__name__}."
-            )
+            raise ExerciseFailed(_(
+                "{exercise}: return the loss as a Python float "
+                "(loss.item()), got {type_name}."
+            ).format(exercise=name, type_name=type(got).__name__))
         if abs(got - want) > 1e-5:
-            raise ExerciseFailed(
-                f"{name}: step {step + 1} returned loss {got:.5f}, expected "
-                f"{want:.5f} (F.cross_entropy on the logits, before the update)."
-            )
+            raise ExerciseFailed(_(
+                "{exercise}: step {step} returned loss {got:.5f}, expected "
+                "{want:.5f} (F.cross_entropy on the logits, before the update)."
+            ).format(exercise=name, step=step + 1, got=got, want=want))
         for (pname, p), q in zip(model.named_parameters(), reference.parameters()):
             if not torch.allclose(p, q, atol=1e-6):
                 hint = (
-                    "Gradients piled up from the previous step: call "
-                    "optimizer.zero_grad() first."
+                    _("Gradients piled up from the previous step: call "
+                      "optimizer.zero_grad() first.")
                     if step
-                    else "Call loss.backward() then optimizer.step()."
+                    else _("Call loss.backward() then optimizer.step().")
                 )
-                raise ExerciseFailed(
-                    f"{name}: after step {step + 1} parameter {pname!r} "
-                    f"differs from the reference. {hint}"
-                )
+                raise ExerciseFailed(_(
+                    "{exercise}: after step {step} parameter {parameter!r} "
+                    "differs from the reference. {hint}"
+                ).format(exercise=name, step=step + 1, parameter=pname, hint=hint))
     if F.cross_entropy(model(images), labels).item() >= want:
-        raise ExerciseFailed(f"{name}: the loss did not go down after two steps.")
+        raise ExerciseFailed(_("{exercise}: the loss did not go down after two "
+                               "steps.").format(exercise=name))
     passed(
-        name, "zero_grad, forward, loss, backward, step: the loop every lab builds on."
+        name, _("zero_grad, forward, loss, backward, step: the loop every lab builds "
+                "on.")
     )

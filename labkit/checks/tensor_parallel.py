@@ -21,9 +21,10 @@ from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
 from labkit import latency_model, tensor_parallel as tp
-from labkit.checks._core import ExerciseFailed, attempt, passed
+from labkit.checks._core import NOT_DONE, ExerciseFailed, attempt, passed
 from labkit.checks._reference import use_reference
 from labkit.checks._programs import first_difference, launch_program, load_program
+from labkit.messages import N_, _
 
 __all__ = ["use_reference", "tp_mlp", "tp_block", "request_seconds", "dp_tp", "run_learner"]
 
@@ -53,11 +54,12 @@ def run_learner(ctx, module_name: str, *args):
     except NotImplementedError as err:
         if not str(err):
             raise   # the stub: "not done yet"
-        mine = [f"{Path(f.filename).name}, line {f.lineno}: {f.line}"
+        mine = [_("{file}, line {lineno}: {code}").format(
+                    file=Path(f.filename).name, lineno=f.lineno, code=f.line)
                 for f in traceback.extract_tb(err.__traceback__)
                 if Path(f.filename).stem == module_name]
-        raise RuntimeError(f"torch refused an operation: {err} (at "
-                           f"{mine[-1] if mine else module_name})") from None
+        raise RuntimeError(_("torch refused an operation: {error} (at {where})").format(
+            error=err, where=mine[-1] if mine else module_name)) from None
 
 
 # ---------------------------------------------------------------- exercise 8.1
@@ -69,16 +71,17 @@ def _blocks(mlp, rank: int, n: int) -> dict:
     return tp.mlp_blocks(weights, rank, n)
 
 
-_SHAPE_HINTS = {
-    "fc1.weight": ("fc1 must keep a block of its OUTPUT features (column-parallel). "
-                   "nn.Linear stores weight as (out_features, in_features), so that "
-                   "block is a block of rows: weight[rank*k:(rank+1)*k]."),
-    "fc1.bias": "fc1's bias goes with its output features: the same block as the rows.",
-    "fc2.weight": ("fc2 must keep the block of its INPUT features that matches fc1's "
-                   "output block (row-parallel): the columns "
-                   "weight[:, rank*k:(rank+1)*k]."),
-    "fc2.bias": ("fc2's bias is not split: every rank keeps it whole and adds it once, "
-                 "after the all-reduce."),
+_SHAPE_HINTS = {   # translated where used: _(_SHAPE_HINTS[key])
+    "fc1.weight": N_("fc1 must keep a block of its OUTPUT features (column-parallel). "
+                     "nn.Linear stores weight as (out_features, in_features), so that "
+                     "block is a block of rows: weight[rank*k:(rank+1)*k]."),
+    "fc1.bias": N_("fc1's bias goes with its output features: the same block as the "
+                   "rows."),
+    "fc2.weight": N_("fc2 must keep the block of its INPUT features that matches fc1's "
+                     "output block (row-parallel): the columns "
+                     "weight[:, rank*k:(rank+1)*k]."),
+    "fc2.bias": N_("fc2's bias is not split: every rank keeps it whole and adds it "
+                   "once, after the all-reduce."),
 }
 
 
@@ -105,26 +108,31 @@ def _check_shards(name: str, module, mlp, n: int) -> None:
         got = _canonical({key: p.detach() for key, p in model.named_parameters()})
         for key, want in _blocks(mlp, rank, n).items():
             if key not in got:
-                raise ExerciseFailed(
-                    f"{name}: ParallelMLP on rank {rank} has no parameter {key} (it "
-                    f"has {sorted(got)}): keep each shard as an nn.Parameter (named "
-                    "weight and bias, directly or inside an nn.Linear).")
+                raise ExerciseFailed(_(
+                    "{name}: ParallelMLP on rank {rank} has no parameter {key} (it "
+                    "has {found}): keep each shard as an nn.Parameter (named "
+                    "weight and bias, directly or inside an nn.Linear).").format(
+                        name=name, rank=rank, key=key, found=sorted(got)))
             if got[key].shape != want.shape:
-                raise ExerciseFailed(
-                    f"{name}: on rank {rank} of {n}, {key} has shape "
-                    f"{tuple(got[key].shape)}, expected {tuple(want.shape)}. "
-                    f"{_SHAPE_HINTS[key]}")
+                raise ExerciseFailed(_(
+                    "{name}: on rank {rank} of {n}, {key} has shape "
+                    "{got_shape}, expected {want_shape}. {hint}").format(
+                        name=name, rank=rank, n=n, key=key,
+                        got_shape=tuple(got[key].shape), want_shape=tuple(want.shape),
+                        hint=_(_SHAPE_HINTS[key])))
             if torch.equal(got[key], want):
                 continue
             others = [r for r in range(n)
                       if torch.equal(got[key], _blocks(mlp, r, n)[key])]
-            hint = (f"That is rank {others[0]}'s block: rank r keeps block r."
-                    if others else "Copy the full layer's values: "
-                    "full.weight.detach()[...].clone().")
+            hint = (_("That is rank {other}'s block: rank r keeps block r.").format(
+                        other=others[0])
+                    if others else _("Copy the full layer's values: "
+                                     "full.weight.detach()[...].clone()."))
             if key == "fc2.bias" and torch.allclose(got[key] * n, want):
-                hint = _SHAPE_HINTS[key]
-            raise ExerciseFailed(f"{name}: on rank {rank}, {key} holds other values "
-                                 f"than the full MLP's block. {hint}")
+                hint = _(_SHAPE_HINTS[key])
+            raise ExerciseFailed(_("{name}: on rank {rank}, {key} holds other values "
+                                   "than the full MLP's block. {hint}").format(
+                                       name=name, rank=rank, key=key, hint=hint))
 
 
 def _partial(mlp, x, rank: int, n: int):
@@ -138,64 +146,72 @@ def _partial(mlp, x, rank: int, n: int):
 
 def _output_hint(got, mlp, x, want, rank: int, n: int) -> str:
     bias = mlp.fc2.bias.detach()
-    mine, _ = _partial(mlp, x, rank, n)
+    mine, _unused = _partial(mlp, x, rank, n)
     if _close(got, mine + bias) or _close(got, mine):
-        return (f"It is this rank's own partial sum: off by exactly the other ranks' "
-                f"share (max {_gap(got, want):.3g}). After fc2, all-reduce the partial "
-                "outputs (ReduceFromParallel.forward), then add the bias.")
+        return _("It is this rank's own partial sum: off by exactly the other ranks' "
+                 "share (max {gap:.3g}). After fc2, all-reduce the partial "
+                 "outputs (ReduceFromParallel.forward), then add the bias.").format(
+                     gap=_gap(got, want))
     if _close(got, want + (n - 1) * bias):
-        return (f"The bias is counted {n} times: each rank added it before the sum. "
-                "Add fc2's bias once, after the all-reduce.")
+        return _("The bias is counted {n} times: each rank added it before the sum. "
+                 "Add fc2's bias once, after the all-reduce.").format(n=n)
     if _close(got, want - bias):
-        return "fc2's bias is missing: add it once, after the all-reduce."
+        return _("fc2's bias is missing: add it once, after the all-reduce.")
     if _close(got, mlp(n * x).detach()):
-        return (f"That is the MLP of {n} x the input: f's forward must return x "
-                "unchanged (it is already whole on every rank); f all-reduces only in "
-                "backward.")
-    return ("Column-parallel fc1, GELU, row-parallel fc2, all-reduce, bias: in that "
-            "order.")
+        return _("That is the MLP of {n} x the input: f's forward must return x "
+                 "unchanged (it is already whole on every rank); f all-reduces only in "
+                 "backward.").format(n=n)
+    return _("Column-parallel fc1, GELU, row-parallel fc2, all-reduce, bias: in that "
+             "order.")
 
 
 def _twice(n: int) -> str:
-    return ("the output's gradient was all-reduced: g's backward must return it "
-            "unchanged (every rank already holds it whole; summing gives "
-            f"{n}x).")
+    return _("the output's gradient was all-reduced: g's backward must return it "
+             "unchanged (every rank already holds it whole; summing gives "
+             "{n}x).").format(n=n)
+
+
+def _too_big(n: int) -> str:
+    return _("It is {n}x too big: {why}").format(n=n, why=_twice(n))
 
 
 def _input_grad_hint(got, mlp, x, want, rank: int, n: int) -> str:
-    _, own = _partial(mlp, x, rank, n)
+    _unused, own = _partial(mlp, x, rank, n)
     if _close(got, own):
-        return ("It is only this rank's share: f's backward must all-reduce it (each "
-                "rank saw the paths through its own hidden features only).")
+        return _("It is only this rank's share: f's backward must all-reduce it (each "
+                 "rank saw the paths through its own hidden features only).")
     if _close(got, n * want):
-        return f"It is {n}x too big: {_twice(n)}"
-    return "Check f (CopyToParallel) and g (ReduceFromParallel)."
+        return _too_big(n)
+    return _("Check f (CopyToParallel) and g (ReduceFromParallel).")
 
 
 def _check_mlp_rank(name: str, rank: int, got: dict, mlp, x, want: dict,
                     n: int) -> None:
     if not _close(got["out"], want["out"]):
-        raise ExerciseFailed(
-            f"{name}: rank {rank}'s output differs from the unsplit MLP by "
-            f"{_gap(got['out'], want['out']):.3g}. "
-            + _output_hint(got["out"], mlp, x, want["out"], rank, n))
+        raise ExerciseFailed(_(
+            "{name}: rank {rank}'s output differs from the unsplit MLP by "
+            "{gap:.3g}. {hint}").format(
+                name=name, rank=rank, gap=_gap(got["out"], want["out"]),
+                hint=_output_hint(got["out"], mlp, x, want["out"], rank, n)))
     if not _close(got["x_grad"], want["x_grad"]):
-        raise ExerciseFailed(
-            f"{name}: rank {rank}'s input gradient differs from the unsplit MLP's by "
-            f"{_gap(got['x_grad'], want['x_grad']):.3g}. "
-            + _input_grad_hint(got["x_grad"], mlp, x, want["x_grad"], rank, n))
+        raise ExerciseFailed(_(
+            "{name}: rank {rank}'s input gradient differs from the unsplit MLP's by "
+            "{gap:.3g}. {hint}").format(
+                name=name, rank=rank, gap=_gap(got["x_grad"], want["x_grad"]),
+                hint=_input_grad_hint(got["x_grad"], mlp, x, want["x_grad"], rank, n)))
     blocks = tp.mlp_blocks(want["grads"], rank, n)
     got = dict(got, grads=_canonical(got["grads"]))
     gap = first_difference(blocks, got["grads"], TOLERANCE)
     if gap:
         bigger = (gap[0] in got["grads"] and gap[0] in blocks
                   and _close(got["grads"][gap[0]], n * blocks[gap[0]]))
-        raise ExerciseFailed(
-            f"{name}: rank {rank}'s gradient of {gap[0]} differs from the unsplit "
-            f"MLP's block by {gap[1]:.3g}. "
-            + (f"It is {n}x too big: {_twice(n)}" if bigger else
-               "Gradients reach the weights through f and g: use them (.apply) in "
-               "forward."))
+        raise ExerciseFailed(_(
+            "{name}: rank {rank}'s gradient of {param} differs from the unsplit "
+            "MLP's block by {gap:.3g}. {hint}").format(
+                name=name, rank=rank, param=gap[0], gap=gap[1],
+                hint=_too_big(n) if bigger else _(
+                    "Gradients reach the weights through f and g: use them (.apply) "
+                    "in forward.")))
 
 
 def tp_mlp(path="tp_mlp.py", world_size: int = 2, dim: int = 16, hidden: int = 64,
@@ -209,14 +225,16 @@ def tp_mlp(path="tp_mlp.py", world_size: int = 2, dim: int = 16, hidden: int = 6
     ranks = launch_program(
         name, run_learner, world_size, args=(module.__name__, mlp.state_dict(), x),
         module=module.__name__, timeout=60,
-        hang_hint=("Does every rank all-reduce in the same places (forward: g, "
-                   "backward: f)?"))
+        hang_hint=_("Does every rank all-reduce in the same places (forward: g, "
+                    "backward: f)?"))
     want = tp.unsplit(mlp, x)
     for rank, got in enumerate(ranks):
         _check_mlp_rank(name, rank, got, mlp, x, want, world_size)
-    passed(name, f"{world_size} ranks x {hidden // world_size} hidden features = the "
-                 f"whole MLP: outputs, input gradient and every weight's gradient to "
-                 f"{TOLERANCE:g}, with one all-reduce forward and one backward.")
+    passed(name, _("{world_size} ranks x {features} hidden features = the "
+                   "whole MLP: outputs, input gradient and every weight's gradient to "
+                   "{tolerance:g}, with one all-reduce forward and one backward."
+                   ).format(world_size=world_size, features=hidden // world_size,
+                       tolerance=TOLERANCE))
 
 
 # ---------------------------------------------------------------- exercise 8.2
@@ -232,20 +250,23 @@ def _style_hint(key: str, style) -> str:
     want = ColwiseParallel if key in _COLWISE else RowwiseParallel
     if not isinstance(style, want):
         if key in ("attn.q", "attn.k", "attn.v"):
-            return (f"{key} must be ColwiseParallel: split by output features, each "
-                    "rank gets whole heads and computes their attention alone. Rowwise "
-                    "would give every rank partial sums of every head.")
+            return _("{key} must be ColwiseParallel: split by output features, each "
+                     "rank gets whole heads and computes their attention alone. "
+                     "Rowwise would give every rank partial sums of every head."
+                     ).format(key=key)
         if key == "attn.out":
-            return ("attn.out must be RowwiseParallel: its input (the heads) is "
-                    "already split across ranks; each rank multiplies its heads' "
-                    "features, then one all-reduce adds them up.")
-        return (f"{key} must be {want.__name__}: the MLP is column-parallel fc1, then "
-                "row-parallel fc2, as in exercise 8.1.")
+            return _("attn.out must be RowwiseParallel: its input (the heads) is "
+                     "already split across ranks; each rank multiplies its heads' "
+                     "features, then one all-reduce adds them up.")
+        return _("{key} must be {style}: the MLP is column-parallel fc1, then "
+                 "row-parallel fc2, as in exercise 8.1.").format(key=key,
+                                                                 style=want.__name__)
     if not _same_layouts(style, want) or not style.use_local_output:
-        return (f"{key}: keep the default input_layouts/output_layouts (and "
-                f"use_local_output=True). {want.__name__}'s defaults are exactly what "
-                "this block needs: Colwise takes a replicated input and leaves its "
-                "output sharded on the last dim, which is what Rowwise expects.")
+        return _("{key}: keep the default input_layouts/output_layouts (and "
+                 "use_local_output=True). {style}'s defaults are exactly what "
+                 "this block needs: Colwise takes a replicated input and leaves its "
+                 "output sharded on the last dim, which is what Rowwise expects."
+                 ).format(key=key, style=want.__name__)
     return ""
 
 
@@ -280,20 +301,22 @@ def _plan_hint(plan) -> str | None:
     """Say what looks wrong in the learner's plan (only to explain a wrong result)."""
     linear = _COLWISE + _ROWWISE
     if not isinstance(plan, dict):
-        return ("block_plan() should return a dict {name of an nn.Linear: "
-                f"ColwiseParallel() or RowwiseParallel()}}, got {type(plan).__name__}.")
+        return _("block_plan() should return a dict {{name of an nn.Linear: "
+                 "ColwiseParallel() or RowwiseParallel()}}, got {got_type}.").format(
+                     got_type=type(plan).__name__)
     resolved = _resolve(plan)
     for key in plan:
         if not _resolve({key: None}):
-            return (f"{key!r} names no nn.Linear of tp.Block (those are "
-                    f"{', '.join(linear)}). Plain tensor parallelism splits only the "
-                    "Linear layers; name each one (attn.q, not attn), and leave the "
-                    "LayerNorms whole.")
+            return _("{key!r} names no nn.Linear of tp.Block (those are "
+                     "{linears}). Plain tensor parallelism splits only the "
+                     "Linear layers; name each one (attn.q, not attn), and leave the "
+                     "LayerNorms whole.").format(key=key, linears=", ".join(linear))
     missing = [key for key in linear if key not in resolved]
     if missing:
-        return (f"{', '.join(missing)} not in the plan: that layer stays whole on "
-                "every rank while its neighbours are split, so the shapes (or the "
-                "heads) no longer line up. Give every Linear of the block a style.")
+        return _("{missing} not in the plan: that layer stays whole on "
+                 "every rank while its neighbours are split, so the shapes (or the "
+                 "heads) no longer line up. Give every Linear of the block a style."
+                 ).format(missing=", ".join(missing))
     for key in linear:
         hint = _style_hint(key, resolved[key])
         if hint:
@@ -303,13 +326,13 @@ def _plan_hint(plan) -> str | None:
 
 def _explain_block(traceback_text: str) -> str | None:
     if "is invalid for input of size" in traceback_text:
-        return ("Attention reshapes q, k, v into (B, T, n_heads, head_dim), but "
-                "each rank now holds only 1/N of the features: after "
-                "parallelize_module set block.attn.n_heads //= mesh.size() (each rank "
-                "computes its own heads).")
+        return _("Attention reshapes q, k, v into (B, T, n_heads, head_dim), but "
+                 "each rank now holds only 1/N of the features: after "
+                 "parallelize_module set block.attn.n_heads //= mesh.size() (each rank "
+                 "computes its own heads).")
     if "mixed torch.Tensor and DTensor" in traceback_text:
-        return ("A layer returned a DTensor (use_local_output=False) that meets a "
-                "plain tensor in the residual add: keep use_local_output=True.")
+        return _("A layer returned a DTensor (use_local_output=False) that meets a "
+                 "plain tensor in the residual add: keep use_local_output=True.")
     return None
 
 
@@ -317,24 +340,28 @@ def _check_split(name: str, rank: int, placements: dict) -> None:
     for key in _COLWISE + _ROWWISE:
         got, dim = placements.get(f"{key}.weight"), 0 if key in _COLWISE else 1
         if got != f"(Shard(dim={dim}),)":
-            raise ExerciseFailed(
-                f"{name}: on rank {rank}, {key}.weight is {got}, expected Shard(dim="
-                f"{dim}) (the weight is (out, in)): was parallelize_module called with "
-                "block_plan() on the mesh passed in?")
+            raise ExerciseFailed(_(
+                "{name}: on rank {rank}, {key}.weight is {got}, expected Shard(dim="
+                "{dim}) (the weight is (out, in)): was parallelize_module called with "
+                "block_plan() on the mesh passed in?").format(
+                    name=name, rank=rank, key=key, got=got, dim=dim))
 
 
 def _block_problem(want: dict, ranks: list) -> str | None:
     """What differs between the learner's split block and the whole one (or None)."""
     for rank, got in enumerate(ranks):
-        for what, ours, theirs in [("output", want["out"], got["out"]),
-                                   ("input gradient", want["x_grad"], got["x_grad"])]:
+        for differs, ours, theirs in [
+                (N_("rank {rank}'s output differs from the unsplit block by "
+                    "{gap:.3g}."), want["out"], got["out"]),
+                (N_("rank {rank}'s input gradient differs from the unsplit block by "
+                    "{gap:.3g}."), want["x_grad"], got["x_grad"])]:
             if not _close(theirs, ours):
-                return (f"rank {rank}'s {what} differs from the unsplit block by "
-                        f"{_gap(theirs, ours):.3g}.")
+                return _(differs).format(rank=rank, gap=_gap(theirs, ours))
         gap = first_difference(want["grads"], got["grads"], TOLERANCE)
         if gap:
-            return (f"rank {rank}'s gradient of {gap[0]} differs from the unsplit "
-                    f"block's by {gap[1]:.3g}.")
+            return _("rank {rank}'s gradient of {param} differs from the unsplit "
+                     "block's by {gap:.3g}.").format(rank=rank, param=gap[0],
+                                                     gap=gap[1])
     return None
 
 
@@ -360,19 +387,22 @@ def tp_block(path="tp_block.py", dim: int = 32, n_heads: int = 4, batch: int = 2
             module=module.__name__, explain=_explain_block, timeout=60)
     except ExerciseFailed as err:
         hint = _plan_hint(plan)
-        if hint and "not done yet" not in str(err):
-            raise ExerciseFailed(f"{err} In your plan: {hint}") from None
+        if hint and NOT_DONE not in str(err) and _(NOT_DONE) not in str(err):
+            raise ExerciseFailed(_("{error} In your plan: {hint}").format(
+                error=err, hint=hint)) from None
         raise
     want = tp.unsplit(block, x)
     problem = _block_problem(want, ranks)
     if problem:
         hint = _plan_hint(plan)
-        raise ExerciseFailed(f"{name}: {problem}" + (f" {hint}" if hint else ""))
+        raise ExerciseFailed((_("{name}: {problem} {hint}") if hint
+                              else _("{name}: {problem}")).format(
+                                  name=name, problem=problem, hint=hint))
     for rank, got in enumerate(ranks):
         _check_split(name, rank, got["placements"])
-    passed(name, f"{n_heads // 2} heads per rank, q/k/v colwise, out rowwise, MLP "
-                 f"colwise/rowwise: outputs and gradients equal the whole block to "
-                 f"{TOLERANCE:g}.")
+    passed(name, _("{heads} heads per rank, q/k/v colwise, out rowwise, MLP "
+                   "colwise/rowwise: outputs and gradients equal the whole block to "
+                   "{tolerance:g}.").format(heads=n_heads // 2, tolerance=TOLERANCE))
 
 
 # ---------------------------------------------------------------- exercise 8.3
@@ -398,30 +428,32 @@ def _latency_hint(got: float, layers, device, link, n: int, split: str) -> str:
     split_layer = latency_model.layer_seconds(layers, device, n)
     reduce = link.allreduce_seconds(layers.activation_bytes, n)
     if n == 1:
-        return "On one device nothing is split and nothing is sent: the plain compute."
-    wrong = {
-        "layerwise": [(whole / n + n * hop, "The layer-wise split does NOT divide the "
-                       "compute: the devices work one after the other (lab 04)."),
-                      (whole + (n - 1) * hop, "The answer must come back to device 0: "
-                       "n - 1 cuts plus the way back, n messages.")],
-        "tensor": [(hop + layers.num_layers * split_layer, "Each layer ends with "
+        return _("On one device nothing is split and nothing is sent: the plain "
+                 "compute.")
+    wrong = {   # hints in English here, translated when returned
+        "layerwise": [(whole / n + n * hop, N_("The layer-wise split does NOT divide "
+                       "the compute: the devices work one after the other (lab 04).")),
+                      (whole + (n - 1) * hop, N_("The answer must come back to device "
+                       "0: n - 1 cuts plus the way back, n messages."))],
+        "tensor": [(hop + layers.num_layers * split_layer, N_("Each layer ends with "
                     "all-reduce(s): link.allreduce_seconds(bytes, n), "
-                    "layers.allreduces of them per layer."),
-                   (hop + layers.num_layers * (split_layer + reduce), "Count the "
+                    "layers.allreduces of them per layer.")),
+                   (hop + layers.num_layers * (split_layer + reduce), N_("Count the "
                     "all-reduces per layer: layers.allreduces (2 in a transformer "
-                    "block: after attention and after the MLP)."),
+                    "block: after attention and after the MLP).")),
                    (hop + layers.num_layers * (whole / layers.num_layers
                                                + layers.allreduces * reduce),
-                    "Each device holds 1/n of every layer: "
-                    "latency_model.layer_seconds(layers, device, n)."),
+                    N_("Each device holds 1/n of every layer: "
+                       "latency_model.layer_seconds(layers, device, n).")),
                    (layers.num_layers * (split_layer + layers.allreduces * reduce),
-                    "The request must first reach the other devices: one message.")],
+                    N_("The request must first reach the other devices: one "
+                       "message."))],
     }.get(split, [])
     for value, hint in wrong:
         if layers.allreduces == 1 and "Count the all-reduces" in hint:
             continue   # with one all-reduce per layer that answer is right
         if close(value):
-            return hint
+            return _(hint)
     return ""
 
 
@@ -437,14 +469,18 @@ def request_seconds(fn) -> None:
                     continue
                 hint = (_latency_hint(got, layers, device, link, n, split)
                         if isinstance(got, (int, float))
-                        else "Return seconds, a float.")
-                raise ExerciseFailed(
-                    f"{name}: {layers.num_layers} layers of "
-                    f"{layers.weight_bytes:.3g} B on {n} x {device.name} over "
-                    f"{link.name}, split={split!r}: "
-                    f"expected {want * 1e3:.6g} ms, got {got!r} s. {hint}".rstrip())
-    passed(name, "Layer-wise pays every layer plus n hops; tensor-parallel pays 1/n of "
-                 "every layer plus its all-reduces.")
+                        else _("Return seconds, a float."))
+                raise ExerciseFailed(_(
+                    "{name}: {layers} layers of "
+                    "{weight_bytes:.3g} B on {n} x {device} over "
+                    "{link}, split={split!r}: "
+                    "expected {want_ms:.6g} ms, got {got!r} s. {hint}").format(
+                        name=name, layers=layers.num_layers,
+                        weight_bytes=layers.weight_bytes, n=n, device=device.name,
+                        link=link.name, split=split, want_ms=want * 1e3, got=got,
+                        hint=hint).rstrip())
+    passed(name, _("Layer-wise pays every layer plus n hops; tensor-parallel pays 1/n "
+                   "of every layer plus its all-reduces."))
 
 
 # ---------------------------------------------------------------- exercise 8.4
@@ -460,8 +496,8 @@ def _dp_tp_grads(state: dict, x, y) -> dict:
 
 def _explain_dp_tp(traceback_text: str) -> str | None:
     if "sharding strategy" in traceback_text and "allreduce" in traceback_text:
-        return ("dist.all_reduce takes plain tensors, not DTensors: all-reduce "
-                "param.grad.to_local(), this rank's shard, in place.")
+        return _("dist.all_reduce takes plain tensors, not DTensors: all-reduce "
+                 "param.grad.to_local(), this rank's shard, in place.")
     return None
 
 
@@ -469,17 +505,20 @@ def _check_groups(name: str, ranks: list) -> None:
     for rank, got in enumerate(ranks):
         tp_want, dp_want = [rank // 2 * 2, rank // 2 * 2 + 1], [rank % 2, rank % 2 + 2]
         if got["tp_group"] == dp_want:
-            raise ExerciseFailed(
-                f"{name}: rank {rank}'s TP group is {got['tp_group']}: ranks on "
+            raise ExerciseFailed(_(
+                "{name}: rank {rank}'s TP group is {tp_group}: ranks on "
                 "different nodes (0-1 are node 0, 2-3 node 1). TP all-reduces every "
                 "layer: keep it inside a node, on NVLink. The LAST mesh dimension "
                 "varies fastest, so the shape is (dp, tp) with "
-                "mesh_dim_names=('dp', 'tp').")
+                "mesh_dim_names=('dp', 'tp').").format(name=name, rank=rank,
+                                                       tp_group=got["tp_group"]))
         if got["tp_group"] != tp_want or got["dp_group"] != dp_want:
-            raise ExerciseFailed(
-                f"{name}: rank {rank} is in TP group {got['tp_group']} and DP group "
-                f"{got['dp_group']}, expected {tp_want} and {dp_want}: a (dp=2, tp=2) "
-                "mesh, mesh_dim_names=('dp', 'tp').")
+            raise ExerciseFailed(_(
+                "{name}: rank {rank} is in TP group {tp_group} and DP group "
+                "{dp_group}, expected {tp_want} and {dp_want}: a (dp=2, tp=2) "
+                "mesh, mesh_dim_names=('dp', 'tp').").format(
+                    name=name, rank=rank, tp_group=got["tp_group"],
+                    dp_group=got["dp_group"], tp_want=tp_want, dp_want=dp_want))
 
 
 def _rows_of(batch, x) -> list | None:
@@ -502,23 +541,26 @@ def _check_batches(name: str, ranks: list, x) -> None:
     for rank, got in enumerate(ranks):
         partner = ranks[rank ^ 1]["batch"]
         if not torch.equal(got["batch"], partner):
-            raise ExerciseFailed(
-                f"{name}: ranks {rank & ~1} and {rank | 1} (one replica, one TP group) "
+            raise ExerciseFailed(_(
+                "{name}: ranks {first} and {second} (one replica, one TP group) "
                 "trained on different samples: the two TP ranks of a replica must see "
                 "the SAME samples (they compute one model together): split by the DP "
-                "rank, mesh.get_local_rank('dp').")
+                "rank, mesh.get_local_rank('dp').").format(name=name, first=rank & ~1,
+                                                           second=rank | 1))
     if ranks[0]["batch"].shape == x.shape:
-        raise ExerciseFailed(
-            f"{name}: rank 0 trained on {len(x)} samples: that is the whole batch: "
+        raise ExerciseFailed(_(
+            "{name}: rank 0 trained on {samples} samples: that is the whole batch: "
             "each replica (DP rank) "
-            "takes its own half, or two replicas do the same work.")
+            "takes its own half, or two replicas do the same work.").format(
+                name=name, samples=len(x)))
     rows = [_rows_of(ranks[r]["batch"], x) for r in (0, 2)]
     shares = [len(r) if r is not None else -1 for r in rows]
     if None in rows or sorted(rows[0] + rows[1]) != list(range(len(x))):
-        raise ExerciseFailed(
-            f"{name}: the two replicas' batches ({shares[0]} and {shares[1]} samples) "
-            f"are not a split of the {len(x)} samples of the global batch: each "
-            "sample goes to exactly one DP rank, e.g. x.chunk(dp_size)[dp_rank].")
+        raise ExerciseFailed(_(
+            "{name}: the two replicas' batches ({first} and {second} samples) "
+            "are not a split of the {samples} samples of the global batch: each "
+            "sample goes to exactly one DP rank, e.g. x.chunk(dp_size)[dp_rank]."
+        ).format(name=name, first=shares[0], second=shares[1], samples=len(x)))
 
 
 def dp_tp(path="dp_tp.py") -> None:
@@ -533,7 +575,7 @@ def dp_tp(path="dp_tp.py") -> None:
     ranks = launch_program(
         name, run_learner, 4, args=(module.__name__, state, x, y, 2),
         module=module.__name__, explain=_explain_dp_tp, timeout=60,
-        hang_hint="Do all four ranks call the same collectives on the same groups?")
+        hang_hint=_("Do all four ranks call the same collectives on the same groups?"))
     _check_groups(name, ranks)
     _check_batches(name, ranks, x)
     want = _dp_tp_grads(state, x, y)
@@ -542,17 +584,19 @@ def dp_tp(path="dp_tp.py") -> None:
         if gap is None:
             continue
         own = _dp_tp_grads(state, *(t.chunk(2)[rank // 2] for t in (x, y)))
-        hint = ("Average over the DP group: all_reduce each local gradient with "
-                "group=mesh.get_group('dp') (the ranks holding the same shard), then "
-                "divide by the DP size.")
+        hint = _("Average over the DP group: all_reduce each local gradient with "
+                 "group=mesh.get_group('dp') (the ranks holding the same shard), then "
+                 "divide by the DP size.")
         if first_difference({k: 2 * v for k, v in want.items()}, got["grads"],
                             TOLERANCE) is None:
-            hint = "That is the SUM over the 2 replicas: divide by the DP size."
+            hint = _("That is the SUM over the 2 replicas: divide by the DP size.")
         elif first_difference(own, got["grads"], TOLERANCE) is None:
-            hint = ("That is this replica's own half-batch gradient: it was never "
-                    "averaged with the other replica's. " + hint)
-        raise ExerciseFailed(f"{name}: rank {rank}'s gradient of {gap[0]} differs from "
-                             f"one process on the whole batch by {gap[1]:.3g}. {hint}")
-    passed(name, "2 replicas x 2-way TP = one process on the whole batch, to "
-                 f"{TOLERANCE:g}; TP pairs [0, 1] [2, 3] inside a node, DP pairs "
-                 "[0, 2] [1, 3] across nodes.")
+            hint = _("That is this replica's own half-batch gradient: it was never "
+                     "averaged with the other replica's. {hint}").format(hint=hint)
+        raise ExerciseFailed(_("{name}: rank {rank}'s gradient of {param} differs from "
+                               "one process on the whole batch by {gap:.3g}. {hint}"
+                               ).format(name=name, rank=rank, param=gap[0], gap=gap[1],
+                                        hint=hint))
+    passed(name, _("2 replicas x 2-way TP = one process on the whole batch, to "
+                   "{tolerance:g}; TP pairs [0, 1] [2, 3] inside a node, DP pairs "
+                   "[0, 2] [1, 3] across nodes.").format(tolerance=TOLERANCE))
