@@ -172,12 +172,21 @@ def test_delay_without_netem_is_refused_clearly(can_cluster):
     assert "no netem" in done.stderr and "rate alone" in done.stderr
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """Give `up` the SIGINT a terminal's Ctrl-C meets. A job started in the background
+    by a non-interactive shell (as some CI runners start theirs) has SIGINT ignored, an
+    ignored signal stays ignored across exec, and Python then installs no
+    KeyboardInterrupt handler: the SIGINT below would do nothing (found so, once)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_nothing_left_after_an_interrupted_run(can_cluster, sig, code):
     """SIGINT or SIGTERM to `cluster.py up`, a process running in a node: all gone?"""
     before = _host_network()
     up = subprocess.Popen([sys.executable, str(CLI), "up", "--nodes", "2"],
-                          stdout=subprocess.PIPE, text=True, start_new_session=True)
+                          stdout=subprocess.PIPE, text=True, start_new_session=True,
+                          preexec_fn=_sigint_as_in_a_terminal)
     try:
         line = up.stdout.readline()
         while line and not line.startswith("ready: "):
