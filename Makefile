@@ -24,13 +24,14 @@ lab: $(STAMP)
 # The data first (downloaded through torchvision when missing, only verified when
 # present, as in CI), then every test in quick mode with the network off: the suite
 # must pass offline in well under 30 minutes. Two pytest-xdist workers, a file each at
-# a time (a notebook's cells stay in order in one kernel): much of the suite waits on
-# ranks, rendezvous and kernels, so two workers fit two cores. TEST_WORKERS=0: serial.
+# a time (a notebook's cells stay in order in one kernel), the longest files first
+# (tests/conftest.py): much of the suite waits on ranks, rendezvous and kernels, so two
+# workers fit two cores. TEST_WORKERS=0: serial.
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/labkit data prepare
 	LABKIT_QUICK=1 LABKIT_OFFLINE=1 MPLBACKEND=agg $(BIN)/python -m pytest tests \
-		-n $(TEST_WORKERS) --dist loadfile \
+		-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 		--nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --durations=40 solutions
 

@@ -49,8 +49,21 @@ def mnist_root(tmp_path) -> Path:
 # (the rule is labkit.course.hardware_skip_reason, shared with env/gpu_check.py).
 
 
+# The longest files first: make test's two workers take one file at a time in this
+# order (pytest-xdist --dist loadfile --no-loadscope-reorder), so that a file of many
+# minutes does not start last and leave one worker running alone at the end.
+LONGEST_FIRST = ["test_book.py", "test_reference_switch.py", "test_cluster.py"]
+
+
+def _longest_first(items) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(Path(str(item.path)).name, len(rank)))
+
+
 def pytest_collection_modifyitems(config, items):
-    """Skip notebooks needing more GPUs than torch sees, and `gpu(n)` tests likewise."""
+    """Run the longest files first; skip notebooks needing more GPUs than torch sees,
+    and `gpu(n)` tests likewise."""
+    _longest_first(items)   # a stable sort: each file's own order is kept
     notebooks = {Path(str(item.path)) for item in items if item.path.suffix == ".ipynb"}
     if not notebooks and not any(gpus_needed(item) for item in items):
         return   # nothing to decide: no need to import torch
