@@ -155,10 +155,14 @@ def test_interleaved_gradients_equal_full_batch(run):
 
 @pytest.mark.parametrize("name", ["gpipe", "1f1b"])
 def test_threads_gradients_and_bubble(name):
-    """On threads with a known stage cost: full-batch gradients, bubble near theory?"""
+    """On threads with a known stage cost: full-batch gradients, bubble near theory?
+
+    Each action waits 100 ms: a loaded machine delays a thread by milliseconds, which
+    a 10 ms cost turned into a 19-23 point gap (red in a fresh-clone run with two test
+    workers of another run and a busy core beside it)."""
     model, inputs, targets, full, want = _problem()
     stages = pipeline_run.split_stages(model, 4)
-    loss, events = pipeline_run.run_on_threads(stages, inputs, targets, 4, name, 0.01)
+    loss, events = pipeline_run.run_on_threads(stages, inputs, targets, 4, name, 0.1)
     assert loss == pytest.approx(want, rel=1e-5)
     assert _grad_gap(model, full) < 1e-6
     assert len(events) == 2 * 4 * 4
