@@ -146,18 +146,23 @@ def update(po_path, english, lang: str, name: str) -> dict:
         _merge(entry, msgid)
         entry.comment = note
         entries.append(entry)
+    return _save_merged(po, po_path, entries, by_cell.values(), new)
+
+
+def _save_merged(po, po_path: Path, entries: list, gone, new: int) -> dict:
+    """Write ``po`` with its live ``entries`` and, obsolete, the translated ones of
+    ``gone`` (no longer in the source, kept for reuse), only when the text changed;
+    return the counts ``update`` and ``update_runtime`` report."""
     live = len(entries)
-    for entry in by_cell.values():              # cells that no longer exist
-        if entry.msgstr:
-            entry.obsolete = True
-            entries.append(entry)
+    entries = entries + [entry for entry in gone if entry.msgstr]
+    for entry in entries[live:]:
+        entry.obsolete = True
     po[:] = entries
     text = str(po)
     if not po_path.exists() or po_path.read_text(encoding="utf-8") != text:
         po_path.parent.mkdir(parents=True, exist_ok=True)
         po_path.write_text(text, encoding="utf-8")
-    fuzzy = sum(e.fuzzy for e in entries[:live])
-    return {"entries": live, "new": new, "fuzzy": fuzzy,
+    return {"entries": live, "new": new, "fuzzy": sum(e.fuzzy for e in entries[:live]),
             "untranslated": sum(not e.msgstr.strip() for e in entries[:live]),
             "obsolete": len(entries) - live}
 
@@ -342,8 +347,10 @@ def update_runtime(lang: str, po_path=None) -> dict:
     from labkit import messages
 
     po_path = Path(po_path or messages.catalog_path(lang))
-    po = polib.pofile(str(po_path)) if po_path.exists() else _new_catalog(lang, "labkit")
-    if not po_path.exists():
+    if po_path.exists():
+        po = polib.pofile(str(po_path))
+    else:
+        po = _new_catalog(lang, "labkit")
         po.header = (f"{lang} translation of labkit's messages (labkit/messages.py). "
                      "Refresh with `labkit i18n update`; see locale/README.md.")
         po.metadata["Project-Id-Version"] = "multi-gpu-course labkit"
@@ -363,19 +370,7 @@ def update_runtime(lang: str, po_path=None) -> dict:
         entry.flags = ["python-brace-format"] + [f for f in entry.flags
                                                  if f == "fuzzy"]
         entries.append(entry)
-    live = len(entries)
-    for entry in by_id.values():
-        if entry.msgstr:
-            entry.obsolete = True
-            entries.append(entry)
-    po[:] = entries
-    text = str(po)
-    if not po_path.exists() or po_path.read_text(encoding="utf-8") != text:
-        po_path.parent.mkdir(parents=True, exist_ok=True)
-        po_path.write_text(text, encoding="utf-8")
-    return {"entries": live, "new": new, "fuzzy": sum(e.fuzzy for e in entries[:live]),
-            "untranslated": sum(not e.msgstr.strip() for e in entries[:live]),
-            "obsolete": len(entries) - live}
+    return _save_merged(po, po_path, entries, by_id.values(), new)
 
 
 def runtime_problems(lang: str, po_path=None) -> list[Problem]:
