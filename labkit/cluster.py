@@ -507,7 +507,22 @@ class Cluster:
         full = {**os.environ, **hidden, **(env or {})}
         process = subprocess.Popen(self.command(node, cmd), env=full, **kwargs)
         self._processes.append(process)
+        self._wait_until_inside(node, process)
         return process
+
+    def _wait_until_inside(self, node, process, timeout: float = 10.0) -> None:
+        """Return once ``process`` has entered ``node``'s namespace (or exited).
+
+        ``ip netns exec`` joins the namespace a moment after it starts; until
+        then ``pids`` and ``kill_node`` would not see the process, so a node
+        killed right after ``popen`` would keep it running.
+        """
+        namespace = self.namespace(node)
+        deadline = time.monotonic() + timeout
+        while process.poll() is None and time.monotonic() < deadline:
+            if process.pid in _pids(namespace):
+                return
+            time.sleep(0.01)
 
     def run(self, node, cmd, env: dict | None = None, timeout: float = 300,
             check: bool = False, capture: bool = True, **kwargs):
