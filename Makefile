@@ -39,7 +39,8 @@ labs: $(STAMP)
 	$(BIN)/labkit build-labs
 
 # The course book: every solution executed (full mode; LABKIT_QUICK=1 for quick) and
-# cached, into build/book/<mode>/html, with an instructor bundle beside it.
+# cached, into build/book/<mode>/html (English; Chinese in its zh_CN/), with an
+# instructor bundle beside it.
 book: $(STAMP)
 	$(BIN)/labkit data prepare
 	$(BIN)/labkit book

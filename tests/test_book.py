@@ -1,11 +1,12 @@
 """The course book, read as a user reads it: built in quick mode, opened in Chromium.
 
 `labkit book` (what `make book` runs) builds every solution notebook, executed, into a
-static site. Here it is built once in quick mode, offline, into a temporary folder;
-then headless Chromium (Debian's, as in test_browser.py) opens its pages and checks
-four things: lab 05's page renders with its images (its Gantt charts; a screenshot goes
-to artifacts/book/), every internal link resolves, the search finds
-"DistributedSampler", and no cell output on any lab page is an error.
+static site, in English and in Chinese. Here it is built once in quick mode, offline,
+into a temporary folder; then headless Chromium (Debian's, as in test_browser.py) opens
+its pages and checks, in both editions: lab 05's page renders with its images (its Gantt
+charts; screenshots go to artifacts/book/), every internal link resolves (the language
+switch included), the search finds "DistributedSampler" (and, in Chinese, 流水线),
+and no cell output on any lab page is an error.
 """
 
 import os
@@ -40,15 +41,26 @@ def book(tmp_path_factory) -> Path:
 
 
 def test_book_has_every_lab_and_the_readme_pages(book):
-    """Does the site hold a page per lab and the README's sections?"""
-    labs = sorted(p.stem for p in (book / "labs").glob("*.html"))
-    assert labs == sorted(p.stem for p in (ROOT / "solutions").glob("*.ipynb"))
+    """Does the site hold a page per lab in both editions, and the README's sections?"""
+    names = sorted(p.stem for p in (ROOT / "solutions").glob("*.ipynb"))
+    assert sorted(p.stem for p in (book / "labs").glob("*.html")) == names
+    assert sorted(p.stem for p in (book / "zh_CN" / "labs").glob("*.html")) == names
     for page in ("setup", "hardware", "launcher", "benchmarks", "environments",
-                 "instructors", "colab"):
+                 "instructors", "colab", "zh_CN/index", "zh_CN/setup"):
         assert (book / f"{page}.html").exists(), page
     lab = (book / "labs" / "03_ddp.html").read_text()
     assert "Numbers on this page" in lab and "gloo" in lab
     assert "Run this lab yourself" in lab
+
+
+def test_chinese_pages_show_labkits_own_output_in_chinese(book):
+    """The Chinese pages ran in Chinese: begin()'s lines and the machine note."""
+    lab = (book / "zh_CN" / "labs" / "03_ddp.html").read_text()
+    assert "本页的数字" in lab and "gloo" in lab and "自己运行这个实验" in lab
+    assert "模式：快速" in lab, "begin() did not speak Chinese on the Chinese page"
+    assert "Mode: QUICK" not in lab
+    english = (book / "labs" / "03_ddp.html").read_text()
+    assert "模式：快速" not in english   # two caches: the outputs were not shared
 
 
 def _internal_links(page) -> list[str]:
@@ -57,20 +69,22 @@ def _internal_links(page) -> list[str]:
 
 
 def test_book_in_chromium(book):
-    """Images on lab 05, links that resolve, search, and no error output."""
+    """Images on lab 05, links that resolve, search, and no error output: both editions."""
     playwright = _browser_or_skip()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    pages = sorted(book.glob("*.html")) + sorted((book / "labs").glob("*.html"))
+    pages = [p for site in (book, book / "zh_CN")
+             for p in sorted(site.glob("*.html")) + sorted((site / "labs").glob("*.html"))]
     with playwright.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
                                      args=CHROMIUM_FLAGS)
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         try:
-            page.goto((book / "labs" / "05_pipeline_parallel.html").as_uri())
-            images = page.eval_on_selector_all(
-                "main img", "els => els.filter(e => e.complete && e.naturalWidth > 0).length")
-            assert images >= 2, f"lab 05's page shows {images} images (its Gantt charts?)"
-            page.screenshot(path=str(ARTIFACTS / "lab05.png"), full_page=True)
+            for site, shot in ((book, "lab05.png"), (book / "zh_CN", "lab05-zh_CN.png")):
+                page.goto((site / "labs" / "05_pipeline_parallel.html").as_uri())
+                images = page.eval_on_selector_all(
+                    "main img", "els => els.filter(e => e.complete && e.naturalWidth > 0).length")
+                assert images >= 2, f"{site.name}: lab 05 shows {images} images (its Gantt charts?)"
+                page.screenshot(path=str(ARTIFACTS / shot), full_page=True)
 
             broken = set()
             for html in pages:
@@ -78,18 +92,29 @@ def test_book_in_chromium(book):
                 for href in _internal_links(page):
                     target = Path(unquote(urlparse(href).path))
                     if not target.exists():
-                        broken.add(f"{html.name} -> {href}")
+                        broken.add(f"{html.relative_to(book)} -> {href}")
                 if html.parent.name == "labs":
                     errors = page.eval_on_selector_all(
                         ".output.traceback, .output.error", "els => els.length")
-                    assert errors == 0, f"{html.name}: {errors} error output(s)"
+                    assert errors == 0, f"{html.relative_to(book)}: {errors} error output(s)"
                     assert "Error displaying widget" not in page.inner_text("main")
             assert not broken, f"broken internal links: {sorted(broken)[:10]}"
 
-            page.goto((book / "search.html").as_uri() + "?q=DistributedSampler")
-            page.wait_for_selector("#search-results li", timeout=30_000)
-            found = page.eval_on_selector_all("#search-results li a", "els => els.map(e => e.href)")
-            assert any("03_ddp" in href for href in found), found
+            # the language switch: each lab page links to the same lab in the other edition
+            page.goto((book / "labs" / "03_ddp.html").as_uri())
+            page.click("a[hreflang=zh]")
+            assert page.url.endswith("/zh_CN/labs/03_ddp.html"), page.url
+            page.click("a[hreflang=en]")
+            assert page.url == (book / "labs" / "03_ddp.html").as_uri(), page.url
+
+            for site, query, lab in ((book, "DistributedSampler", "03_ddp"),
+                                     (book / "zh_CN", "DistributedSampler", "03_ddp"),
+                                     (book / "zh_CN", "流水线", "05_pipeline")):
+                page.goto((site / "search.html").as_uri() + f"?q={query}")
+                page.wait_for_selector("#search-results li", timeout=30_000)
+                found = page.eval_on_selector_all("#search-results li a",
+                                                  "els => els.map(e => e.href)")
+                assert any(lab in href for href in found), (site.name, query, found)
         finally:
             browser.close()
 
