@@ -27,7 +27,7 @@ lab: $(STAMP)
 # a time (a notebook's cells stay in order in one kernel), the longest files first
 # (tests/conftest.py): much of the suite waits on ranks, rendezvous and kernels, so two
 # workers fit two cores. TEST_WORKERS=0: serial.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: $(STAMP)
 	$(BIN)/labkit data prepare
 	LABKIT_QUICK=1 LABKIT_OFFLINE=1 MPLBACKEND=agg $(BIN)/python -m pytest tests \
