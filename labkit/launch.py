@@ -224,14 +224,29 @@ def _hang_error(finished: list[int], world_size: int,
             stuck=stuck, waited=waited, finished=finished), stuck)
 
 
-def _dead_peer(ranks: list[_spawn.Rank], pending: list[int], index: int):
-    """Return a pending rank, other than ``index``, that has died."""
+def _peer_cause(ranks: list[_spawn.Rank], pending: list[int], index: int):
+    """Return (rank, kind, message) of the pending rank whose failure closed rank
+    ``index``'s connection, or None.
+
+    A rank whose own collective timed out first sends its error and exits; its peers
+    then see "Connection closed by peer". The cause is that rank's error (a timeout),
+    not the peers' consequence. Waits up to 1 s for it; a rank that died without a
+    message raises here (``_receive``).
+    """
+    others = {}
     for other in pending:
-        if other == index:
-            continue
-        ranks[other].process.join(1.0)   # its death may be why rank ``index`` failed
-        if ranks[other].process.exitcode is not None:
-            return other
+        if other != index:
+            others[ranks[other].results] = others[ranks[other].process.sentinel] = other
+    end = time.monotonic() + 1.0
+    while others and time.monotonic() < end:
+        for ready in connection.wait(list(others), timeout=max(0.0, end - time.monotonic())):
+            other = others.get(ready)
+            if other is None:
+                continue   # its pipe and its sentinel were both ready
+            others = {handle: r for handle, r in others.items() if r != other}
+            kind, value = _receive(ranks[other], other)
+            if kind not in ("ok", "peer_gone"):
+                return other, kind, value
     return None
 
 
@@ -316,10 +331,9 @@ def _collect(ranks: list[_spawn.Rank], timeout: float, deadline: float,
             if index in results:
                 continue   # its pipe and its sentinel were both ready
             kind, value = _receive(ranks[index], index)
-            if kind == "peer_gone":
-                dead = _dead_peer(ranks, pending, index)
-                if dead is not None:
-                    _receive(ranks[dead], dead)   # raises unless it left a message
+            if kind == "peer_gone":   # report the rank that left, if it says why
+                index, kind, value = _peer_cause(ranks, pending, index) or (
+                    index, kind, value)
             if kind != "ok":
                 raise _rank_error(index, kind, value, sorted(results), len(ranks),
                                   timeout)

@@ -5,6 +5,7 @@ is importable because pytest puts tests/ on sys.path, and ranks get the parent's
 """
 
 import functools
+import multiprocessing
 import os
 import re
 import resource
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
+import types
 import time
 
 import psutil
@@ -241,6 +243,29 @@ def test_skipped_collective_times_out_and_names_the_rank():
     assert caught.value.ranks == [0]
     assert "finished ranks: [1]" in str(caught.value)
     assert time.monotonic() - start < 20
+
+
+class _FinishedRank:
+    """A stand-in for a rank whose one message already waits in its pipe (no process)."""
+
+    def __init__(self, message):
+        self.results, sender = multiprocessing.Pipe(duplex=False)
+        sender.send(message)
+        self._never, self._keep = multiprocessing.Pipe(duplex=False)
+        self.process = types.SimpleNamespace(sentinel=self._never, exitcode=None,
+                                             join=lambda timeout=None: None)
+
+
+def test_a_timeout_is_reported_not_the_connection_its_exit_closed():
+    """Rank 1 times out first and exits; rank 0 then sees "Connection closed by peer".
+    Both messages wait when the parent looks (a loaded machine): the error must be
+    rank 1's CollectiveTimeout, whichever pipe the parent reads first. (A book build
+    under load once reported rank 0's consequence as a WorkerError.)"""
+    ranks = [_FinishedRank(("peer_gone", "RuntimeError: Connection closed by peer")),
+             _FinishedRank(("timeout", "RuntimeError: Timed out waiting 3000ms"))]
+    with pytest.raises(launch.CollectiveTimeout, match="Rank 1 waited") as caught:
+        launch._collect(ranks, timeout=3, deadline=60, report_every=60)
+    assert "Timed out waiting 3000ms" in str(caught.value)
 
 
 def test_rank_stuck_outside_collectives_is_ended_by_the_watchdog():
