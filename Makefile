@@ -23,10 +23,12 @@ lab: $(STAMP)
 
 # The data first (downloaded through torchvision when missing, only verified when
 # present, as in CI), then every test in quick mode with the network off: the suite
-# must pass offline in well under 30 minutes. Two pytest-xdist workers, a file each at
-# a time (a notebook's cells stay in order in one kernel), the longest files first
-# (tests/conftest.py): much of the suite waits on ranks, rendezvous and kernels, so two
-# workers fit two cores. TEST_WORKERS=0: serial.
+# must pass offline in well under 30 minutes. Three pytest-xdist workers, a file each
+# at a time (a notebook's cells stay in order in one kernel), the longest files first
+# (tests/conftest.py): much of the suite waits on ranks, rendezvous and kernels (the
+# book's build alone keeps two cores 40 % busy), so three workers fit two cores: they
+# kept them 89-92 % busy over a whole run.
+# TEST_WORKERS=0: serial.
 TEST_WORKERS ?= 3
 test: $(STAMP)
 	$(BIN)/labkit data prepare

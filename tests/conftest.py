@@ -49,7 +49,7 @@ def mnist_root(tmp_path) -> Path:
 # (the rule is labkit.course.hardware_skip_reason, shared with env/gpu_check.py).
 
 
-# The longest files first: make test's two workers take one file at a time in this
+# The longest files first: make test's workers take one file at a time in this
 # order (pytest-xdist --dist loadfile --no-loadscope-reorder), so that a file of many
 # minutes does not start last and leave one worker running alone at the end.
 LONGEST_FIRST = ["test_book.py", "test_reference_switch.py", "test_cluster.py"]
