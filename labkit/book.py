@@ -180,7 +180,7 @@ def _bundle(out: Path) -> Path:
     bundle = out / "instructor-bundle.zip"
     with zipfile.ZipFile(bundle, "w", zipfile.ZIP_DEFLATED) as archive:
         for lang in LANGUAGES:
-            executed = out / _edition(lang) / "jupyter_execute" / "labs"
+            executed = out / lang / "jupyter_execute" / "labs"
             folder = "notebooks" if lang == "en" else f"notebooks/{lang}"
             for path in sorted(executed.glob("*.ipynb")):
                 archive.write(path, f"{folder}/{path.name}")
@@ -188,11 +188,6 @@ def _bundle(out: Path) -> Path:
             if path.is_file() and "_sources" not in path.relative_to(out / "html").parts:
                 archive.write(path, f"html/{path.relative_to(out / 'html')}")
     return bundle
-
-
-def _edition(lang: str) -> str:
-    """The build folder of one edition (sources, doctrees, cache, executed notebooks)."""
-    return lang
 
 
 def build(out: Path | None = None, languages=tuple(LANGUAGES)) -> Path:
@@ -207,7 +202,7 @@ def build(out: Path | None = None, languages=tuple(LANGUAGES)) -> Path:
     kind = "quick" if mode.is_quick() else "full"
     out = Path(out) if out else ROOT / "build" / "book" / kind
     for lang in languages:
-        work = out / _edition(lang)
+        work = out / lang
         sources = prepare_sources(work / "src", lang)
         env = dict(os.environ, LABKIT_BOOK_CACHE=str(work / "cache"), LABKIT_STATIC="1",
                    LABKIT_BOOK_LANG=lang, LABKIT_LANG=lang)
@@ -223,7 +218,7 @@ def build(out: Path | None = None, languages=tuple(LANGUAGES)) -> Path:
     if site.exists():
         shutil.rmtree(site)
     for lang in languages:
-        shutil.copytree(out / _edition(lang) / "html",
+        shutil.copytree(out / lang / "html",
                         site if lang == "en" else site / lang, dirs_exist_ok=True)
     print(f"Book: {site / 'index.html'} (中文版: {site / 'zh_CN' / 'index.html'}); "
           f"instructor bundle: {_bundle(out)}")
