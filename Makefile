@@ -11,10 +11,13 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: lab test labs bench book clean
 
-$(STAMP): env/requirements.txt pyproject.toml
+# The runtime and the labs' rooms (labkit), and the course tooling (coursetools, in
+# tooling/: build-labs, i18n, the book, times), both editable; the learner image
+# installs labkit alone (Dockerfile).
+$(STAMP): env/requirements.txt pyproject.toml tooling/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -r env/requirements.txt
-	$(BIN)/python -m pip install --quiet --no-deps -e .
+	$(BIN)/python -m pip install --quiet --no-deps -e . -e tooling
 	touch $(STAMP)
 
 lab: $(STAMP)
@@ -49,7 +52,7 @@ book: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/labkit data prepare
-	for name in $$($(BIN)/python -c "from labkit.bench import BENCHMARKS; print(*BENCHMARKS)"); do \
+	for name in $$($(BIN)/python -c "from labkit.labs import BENCHMARKS; print(*BENCHMARKS)"); do \
 		$(BIN)/labkit bench $$name || exit 1; done
 
 clean:

@@ -105,7 +105,7 @@ def _report_failure(name: str, done) -> None:
 def run_one(path: Path, found: int, cell_timeout: int, root: Path = ROOT,
             env: dict | None = None, label: str | None = None) -> Result:
     """Run one notebook under nbval (or skip it); time it and read what it chose."""
-    from labkit.course import hardware_needs, hardware_skip_reason
+    from coursetools.notebooks import hardware_needs, hardware_skip_reason
 
     name = label or path.name
     predicted = backend_for(hardware_needs(path)["world_size"])
@@ -233,6 +233,19 @@ def _notebook_paths(paths: list, root: Path) -> list:
     return mapped
 
 
+def _use_the_checkouts_tooling() -> None:
+    """Make the checkout's course tooling importable here and in the nbval runs: the
+    course image (where the GPU lane runs this) installs labkit alone, and the test
+    collector reads the notebooks' hardware rule from ``coursetools.notebooks``."""
+    try:
+        import coursetools  # noqa: F401
+    except ImportError:
+        tooling = str(ROOT / "tooling")
+        sys.path.insert(0, tooling)
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            p for p in (tooling, os.environ.get("PYTHONPATH")) if p)
+
+
 def main(argv=None) -> int:
     """Parse arguments, run the notebooks, print the hardware and the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -248,6 +261,7 @@ def main(argv=None) -> int:
                         help="also run lab 01 in full mode, and time it to 99 %%")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
+    _use_the_checkouts_tooling()
     os.environ.setdefault("LABKIT_QUICK", "1")
     os.environ.setdefault("LABKIT_OFFLINE", "1")
     import torch

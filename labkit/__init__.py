@@ -1,17 +1,27 @@
-"""labkit: the helpers behind the hands-on multi-GPU training course.
+"""labkit: the runtime behind the hands-on multi-GPU training course.
 
-One module per idea of the course, each saying in its docstring where it is taught:
-``mode`` (quick/full, the call that opens every lab), ``hardware`` and ``estimate``
-(lab 00), ``data``, ``models`` and ``train`` (lab 01), ``dataparallel`` (lab 02),
-``launch`` (lab 03 and every lab after it), ``timeline``, ``pipeline``,
-``pipeline_run``, ``stages`` and ``p2p`` (labs 04-05), ``comm_model``,
-``compression``, ``local_sgd`` and ``bottleneck`` (lab 06), ``sharded``,
-``sharding_memory`` and ``memory_probe`` (lab 07), ``tensor_parallel`` and
-``latency_model`` (lab 08), ``snapshots`` and ``elastic`` (lab 09), ``cluster`` and
-``multinode`` (real nodes on one machine, as root: labs 03, 06, 09), ``explorers``
-(the widgets), ``checks`` (every lab's exercises, one module per lab), ``course``
-(building labs/ from solutions/), ``bench`` (the benchmarks, one module each) and
-``cli`` (the ``labkit`` command), ``predict`` (the Predict cells' ``reveal``).
+What every lab and every rank imports, one module per idea, each saying in its
+docstring where it is taught:
+
+- opening a lab: ``mode`` (``begin``, quick and full mode), ``hardware`` (what this
+  machine has, the backend choice: lab 00), ``messages`` (the learner's language);
+- the single-device baseline: ``data``, ``models``, ``train`` (lab 01), ``estimate``
+  (memory and all-reduce estimates: labs 00, 04);
+- launching ranks: ``launch`` (lab 03 and every lab after it), ``_spawn`` (its
+  forkserver), ``cluster`` and ``multinode`` (real nodes on one machine, as root:
+  labs 03, 06, 09);
+- cutting a model: ``pipeline`` (schedule tables and the bubble), ``stages`` (a model
+  split over ranks), ``p2p`` (send/recv under a deadline), ``timeline`` (what each
+  rank did, drawn): labs 04-05; ``memory_probe`` (bytes held, measured: lab 07);
+- the labs' shared machinery: ``checks`` (what every exercise check shares),
+  ``predict`` (the Predict cells' ``reveal``), ``explorers`` (the widgets' static
+  fallback), ``bench`` (the benchmarks' paired ratios);
+- ``labs``: one room per lab, holding what belongs to that lab alone (its reference
+  machinery, checks, benchmarks): ``from labkit.labs.ddp import checks``.
+
+The course's tooling (building the learner and Chinese editions, the book, lab times)
+is the separate package ``coursetools`` (``tooling/``), which the learner image leaves
+out; the ``labkit`` command (``cli``) adds its verbs where it is installed.
 
 Import the modules you need (``from labkit import data, train``); importing
 ``labkit`` itself stays cheap and never touches a GPU.

@@ -8,7 +8,7 @@ after the translation); a constant translated where it is used is marked ``N_``.
 non-editable install, such as the course image's, speaks it too) for the language ``language()`` chooses,
 and returns the English when the language is English or the entry is missing or fuzzy
 (as gettext does). ``labkit i18n update`` refreshes the catalog from the sources with
-Babel's extractor (``messages_in_sources``); tests/test_i18n.py fails on a marked
+Babel's extractor (``coursetools.i18n.messages_in_sources``); tests fail on a marked
 module's message that is not marked, and on an entry left untranslated.
 """
 
@@ -17,8 +17,7 @@ import os
 import re
 from pathlib import Path
 
-__all__ = ["DOMAIN", "CATALOGS", "language", "catalog_path", "_", "N_",
-           "messages_in_sources"]
+__all__ = ["DOMAIN", "CATALOGS", "language", "catalog_path", "_", "N_"]
 
 DOMAIN = "labkit"
 CATALOGS = Path(__file__).resolve().parent / "locale"   # package data
@@ -69,16 +68,3 @@ def N_(message: str) -> str:
     """Mark ``message`` for the catalog without translating it now (a constant that
     is translated where it is used, ``_(CONSTANT)``)."""
     return message
-
-
-def messages_in_sources(package_dir=None) -> list[tuple[str, str, int]]:
-    """Return (template, file, line) of every ``_("...")`` in labkit's sources."""
-    from babel.messages.extract import extract_from_dir
-
-    package_dir = Path(package_dir or Path(__file__).resolve().parent)
-    found = extract_from_dir(str(package_dir), method_map=[("**.py", "python")],
-                             keywords={"_": None, "N_": None}, comment_tags=(),
-                             strip_comment_tags=True)
-    return [(message, filename, lineno)
-            for filename, lineno, message, _comments, _context in found
-            if isinstance(message, str)]

@@ -16,13 +16,30 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from labkit import data, models, p2p, pipeline, timeline, train
 from labkit.messages import _
-from labkit.pipeline_run import split_stages
 
-__all__ = ["Config", "Program", "whole_model", "batch", "requests", "reference",
+__all__ = ["split_stages", "Config", "Program", "whole_model", "batch", "requests", "reference",
            "run_program", "run_serve"]
+
+
+def split_stages(model: nn.Sequential, num_stages: int) -> list[nn.Sequential]:
+    """Cut an ``nn.Sequential`` into stages holding equal numbers of weighted layers."""
+    weighted = [i for i, layer in enumerate(model) if list(layer.parameters())]
+    if not 1 <= num_stages <= len(weighted):
+        raise ValueError(_("Cannot cut {layers} weighted layer(s) into {num_stages} "
+                           "stages: use 1 to {layers} stages.").format(
+                               layers=len(weighted), num_stages=num_stages))
+    per_stage = [len(weighted) // num_stages + (s < len(weighted) % num_stages)
+                 for s in range(num_stages)]
+    cuts, taken = [0], 0
+    for count in per_stage[:-1]:
+        taken += count
+        cuts.append(weighted[taken])   # a stage starts at its first weighted layer
+    cuts.append(len(model))
+    return [model[a:b] for a, b in zip(cuts, cuts[1:])]
 
 
 @dataclass(frozen=True)

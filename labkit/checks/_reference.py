@@ -10,15 +10,16 @@ reference:
 - for an exercise that defines a function in the notebook, the reference cell runs in
   the notebook's namespace, so the name now means the reference.
 
-The references are the solved cells of ``solutions/``, copied into
-``labkit/references/NN_*.json`` by ``labkit build-labs`` (and checked for drift by
-``labkit build-labs --check``), so the course image ships them without shipping the
-solution notebooks. Going back is re-running your own cell.
+The references are the solved cells of ``solutions/``, copied into each lab's room
+(``labkit/labs/<room>/reference.json``) by ``labkit build-labs`` (and checked for
+drift by ``labkit build-labs --check``), so the course image ships them without
+shipping the solution notebooks. Going back is re-running your own cell.
 """
 
 import functools
 import importlib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -26,40 +27,40 @@ from labkit.messages import _
 
 __all__ = ["use_reference", "reference_line", "exercise_for"]
 
-_FOLDER = Path(__file__).resolve().parents[1] / "references"
-_CHECKS_PREFIX = "labkit.checks."
+_ROOMS = Path(__file__).resolve().parents[1] / "labs"   # labkit/labs/<room>/
+_CHECKS_MODULE = re.compile(r"^labkit\.labs\.(\w+)\.checks$")
 
 
 @functools.cache
 def _stores() -> tuple[dict, ...]:
-    return tuple(json.loads(p.read_text()) for p in sorted(_FOLDER.glob("*.json")))
+    return tuple(json.loads(p.read_text())
+                 for p in sorted(_ROOMS.glob("*/reference.json")))
 
 
 def _all_exercises() -> list[dict]:
-    return [dict(ex, notebook=s["notebook"], checks=s["checks"])
+    return [dict(ex, notebook=s["notebook"], room=s["room"])
             for s in _stores() for ex in s["exercises"]]
 
 
 def exercise_for(key: str | None = None, check: tuple[str, str] | None = None):
-    """Return the exercise record for a reference ``key`` or a (checks module, check
-    function) pair; None when there is none."""
+    """Return the exercise record for a reference ``key`` or a (room, check function)
+    pair; None when there is none."""
     for ex in _all_exercises():
         if key is not None and ex["key"] == key:
             return ex
-        if check is not None and (ex["checks"], ex["check"]) == check:
+        if check is not None and (ex["room"], ex["check"]) == check:
             return ex
     return None
 
 
 def _calling_check() -> tuple[str, str] | None:
-    """Find the check the notebook called: the outermost frame in labkit.checks.*."""
+    """Find the check the notebook called: the outermost frame in a room's checks
+    module (``labkit.labs.<room>.checks``); return (room, function)."""
     frame, found = sys._getframe(1), None
     while frame is not None:
-        module = frame.f_globals.get("__name__", "")
-        if module.startswith(_CHECKS_PREFIX):
-            short = module[len(_CHECKS_PREFIX):]
-            if not short.startswith("_"):
-                found = (short, frame.f_code.co_name)
+        match = _CHECKS_MODULE.match(frame.f_globals.get("__name__", ""))
+        if match:
+            found = (match.group(1), frame.f_code.co_name)
         frame = frame.f_back
     return found
 

@@ -5,7 +5,7 @@ that went wrong (``p2p.bounded`` names them in the rank)."""
 from labkit import stages
 from labkit.checks._programs import first_difference
 from labkit.messages import N_, _
-from labkit.pipeline_run import split_stages
+from labkit.stages import split_stages
 
 __all__ = ["TOLERANCE", "BOUND_S", "CONFIG", "NOT_CHECKED", "first_gap",
            "explain_messages"]
