@@ -46,7 +46,7 @@ def mnist_root(tmp_path) -> Path:
 
 # Notebook hardware: nbval runs every cell of solutions/*.ipynb; a notebook whose
 # metadata.labkit asks for more GPUs than this machine has is skipped, saying why
-# (the rule is labkit.course.hardware_skip_reason, shared with env/gpu_check.py).
+# (the rule is coursetools.notebooks.hardware_skip_reason, shared with env/gpu_check.py).
 
 
 # The longest files first: make test's workers take one file at a time in this
@@ -72,7 +72,7 @@ def pytest_collection_modifyitems(config, items):
     found = torch.cuda.device_count()  # NVML only: does not initialise CUDA here
     reasons = {}
     if notebooks:
-        from labkit.course import hardware_skip_reason
+        from coursetools.notebooks import hardware_skip_reason
 
         reasons = {path: hardware_skip_reason(path, found) for path in notebooks}
     for item in items:
@@ -128,3 +128,19 @@ def pytest_runtest_makereport(item, call):
             f"declares {declared} GPU(s) and the test needs {need}, so it must run "
             f"(torch sees {torch.cuda.device_count()}: are the GPUs visible?). "
             f"Skip reason: {why}")
+
+
+# The cluster in a box (labkit.cluster): tests that build network-namespace nodes take
+# this fixture, in the runtime's tests and in labs 03, 06 and 09's rooms.
+REQUIRE_CLUSTER_ENV = "LABKIT_REQUIRE_CLUSTER"
+
+
+@pytest.fixture
+def can_cluster():
+    """Skip (or, with LABKIT_REQUIRE_CLUSTER=1, fail) where no cluster can run."""
+    from labkit import cluster
+
+    reason = cluster.unavailable()
+    if reason:
+        required = os.environ.get(REQUIRE_CLUSTER_ENV) == "1"
+        (pytest.fail if required else pytest.skip)(f"cluster in a box {reason}")

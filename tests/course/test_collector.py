@@ -12,7 +12,7 @@ import nbformat
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FOUND = torch.cuda.device_count()
 
 

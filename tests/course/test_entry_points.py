@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _dry_run(target: str) -> list[str]:
@@ -33,9 +33,9 @@ def test_make_test_prepares_data_online_then_tests_offline():
 
 
 def test_readme_names_the_two_commands():
-    """Does the README's quick start give exactly `make lab` and `make test`?"""
+    """Does the README's "Two commands" give exactly `make lab` and `make test`?"""
     readme = (ROOT / "README.md").read_text()
-    block = re.search(r"## Quick start.*?```bash\n(.*?)```", readme, re.S).group(1)
+    block = re.search(r"## Two commands.*?```bash\n(.*?)```", readme, re.S).group(1)
     commands = [line.split("#")[0].strip() for line in block.splitlines()]
     assert [c for c in commands if c] == ["make lab", "make test"]
 

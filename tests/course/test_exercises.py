@@ -9,7 +9,7 @@ Where each half is proven, each in a real kernel:
 - on the stub: tests/test_reference_switch.py runs every learner notebook; each check
   must fail with ExerciseFailed, "not done yet", ending in its reference line;
 - on the solution: the same test then runs the check on the reference (the solved
-  cell, from labkit/references) and wants its ✅ line; nbval runs every solution
+  cell, from its room's reference.json) and wants its ✅ line; nbval runs every solution
   notebook, where a failing check is a failing cell.
 This file holds what needs no kernel: the counts, and that the references are the
 solved cells.
@@ -20,10 +20,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit import course
+from coursetools import notebooks
 from labkit.checks import _reference
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NAMES = sorted(p.name for p in (ROOT / "solutions").glob("*.ipynb"))
 MIN_EXERCISES, MIN_PROGRAMS = 3, 2
 FIRST_PROGRAM_LAB = "02"   # labs 00-01 teach one device: their exercises are functions
@@ -32,7 +32,7 @@ FIRST_PROGRAM_LAB = "02"   # labs 00-01 teach one device: their exercises are fu
 @pytest.mark.parametrize("name", NAMES)
 def test_each_lab_has_enough_checked_exercises(name):
     """Does each lab have >= 3 checked exercises, >= 2 of them programs from lab 02 on?"""
-    found = course.exercises(nbformat.read(ROOT / "solutions" / name, 4), name)
+    found = notebooks.exercises(nbformat.read(ROOT / "solutions" / name, 4), name)
     assert len(found) >= MIN_EXERCISES, (
         f"{name} has {len(found)} checked exercises, want >= {MIN_EXERCISES}")
     programs = [ex for ex in found if ex["kind"] == "file"]
@@ -45,9 +45,9 @@ def test_each_lab_has_enough_checked_exercises(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_every_exercise_has_its_reference(name):
     """Can use_reference find every exercise, with the solved cell as its source?"""
-    for ex in course.exercises(nbformat.read(ROOT / "solutions" / name, 4), name):
+    for ex in notebooks.exercises(nbformat.read(ROOT / "solutions" / name, 4), name):
         stored = _reference.exercise_for(key=ex["key"])
         assert stored is not None, f"{name}: no reference for {ex['key']!r}"
         assert stored["source"] == ex["source"], (
             f"{name}: the reference of {ex['key']!r} is stale: run `labkit build-labs`")
-        assert course.BEGIN not in stored["source"]
+        assert notebooks.BEGIN not in stored["source"]

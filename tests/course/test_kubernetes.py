@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "env" / "kubernetes"
 COURSE_IN_IMAGE = "/home/jovyan/course"   # the Dockerfile's COURSE_DIR
 PET = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR",

@@ -16,9 +16,9 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from labkit import course
+from coursetools import notebooks
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NAMES = sorted(p.name for p in (ROOT / "labs").glob("*.ipynb"))
 
 TAKE_THE_LINE = '''from labkit.checks import ExerciseFailed as _ExerciseFailed
@@ -47,7 +47,7 @@ def _plain(text: str) -> str:
 def _stuck_learner(name: str) -> tuple[nbformat.NotebookNode, list[int]]:
     """The learner notebook with each check cell wrapped to take the reference line."""
     solution = nbformat.read(ROOT / "solutions" / name, as_version=4)
-    checks = [ex["check_cell"] for ex in course.exercises(solution, name)]
+    checks = [ex["check_cell"] for ex in notebooks.exercises(solution, name)]
     lab = nbformat.read(ROOT / "labs" / name, as_version=4)
     for index in checks:
         lab.cells[index].source = TAKE_THE_LINE.format(source=lab.cells[index].source)

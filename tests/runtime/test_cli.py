@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from labkit import bench, cli
+from labkit import cli, labs
 
 
 def test_doctor_runs_as_a_command():
@@ -43,4 +43,20 @@ def test_build_labs_check_passes_on_the_repository(capsys):
 def test_unknown_benchmark():
     """Does an unknown benchmark name list the valid ones?"""
     with pytest.raises(ValueError, match="choose one of .*data"):
-        bench.run("nope")
+        labs.run_benchmark("nope")
+
+
+def test_a_tooling_verb_says_where_it_went_without_the_tooling(monkeypatch, capsys):
+    """In the learner image (no coursetools), does `labkit build-labs` keep its name
+    and say how to get the tooling, instead of argparse's 'invalid choice'?"""
+    monkeypatch.setitem(sys.modules, "coursetools", None)   # import fails, as there
+    assert cli.main(["build-labs", "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "course tooling (coursetools)" in err and "pip install -e tooling" in err
+
+
+def test_the_command_names_every_tooling_verb():
+    """Are the verbs `labkit` keeps for the tooling exactly the tooling's verbs?"""
+    from coursetools import cli as tooling
+
+    assert cli.TOOLING_VERBS == tooling.VERBS

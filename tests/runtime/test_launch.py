@@ -14,8 +14,8 @@ import socket
 import subprocess
 import sys
 import threading
-import types
 import time
+import types
 
 import psutil
 import pytest
@@ -599,7 +599,7 @@ def test_every_choice_is_recorded_when_asked(tmp_path, monkeypatch):
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(r["where"], r["backend"], r["world_size"], r["devices"]) for r in lines] == [
         ("begin", "gloo", 1, "cpu x1"), ("launch", "gloo", 2, "cpu x2")]
-    assert lines[1]["what"] == "test_launch.rank_and_sum"
+    assert lines[1]["what"] == "runtime.test_launch.rank_and_sum"
 
 
 def test_nccl_groups_are_bound_to_their_gpu_and_gpu_ranks_get_their_threads(

@@ -17,9 +17,9 @@ from urllib.parse import unquote, urlparse
 import pytest
 
 from labkit.checks._programs import run_command
-from test_browser import CHROMIUM, CHROMIUM_FLAGS, _browser_or_skip
+from course.test_browser import CHROMIUM, CHROMIUM_FLAGS, _browser_or_skip
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "book"
 
 pytest.importorskip("myst_nb", reason="the book needs sphinx and myst-nb (pip install .[book])")

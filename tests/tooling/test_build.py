@@ -1,4 +1,5 @@
-"""Tests for labkit.course (labs/ from solutions/) and the repository's notebooks."""
+"""Tests for coursetools.build and .notebooks (labs/ from solutions/) and the
+repository's notebooks."""
 
 import json
 from pathlib import Path
@@ -6,9 +7,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit import course
+from coursetools import build, notebooks
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOLUTION = "def f(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION\n"
 
 
@@ -20,7 +21,7 @@ def _notebook(*sources: str) -> nbformat.NotebookNode:
 
 def test_stub_keeps_indent_and_raises():
     """Does a solution region become an indented NotImplementedError stub?"""
-    lab = course.make_lab(_notebook(SOLUTION))
+    lab = notebooks.make_lab(_notebook(SOLUTION))
     assert (
         lab.cells[0].source
         == "def f(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()"
@@ -37,7 +38,7 @@ def test_markdown_answer_is_blanked():
     nb.cells = [
         nbformat.v4.new_markdown_cell("Q?\n### BEGIN SOLUTION\nA.\n### END SOLUTION")
     ]
-    assert course.make_lab(nb).cells[0].source == "Q?\nYOUR ANSWER HERE"
+    assert notebooks.make_lab(nb).cells[0].source == "Q?\nYOUR ANSWER HERE"
 
 
 def test_outputs_are_cleared():
@@ -45,7 +46,7 @@ def test_outputs_are_cleared():
     nb = _notebook("print(1)")
     nb.cells[0].outputs = [nbformat.v4.new_output("stream", text="1\n")]
     nb.cells[0].execution_count = 3
-    cell = course.make_lab(nb).cells[0]
+    cell = notebooks.make_lab(nb).cells[0]
     assert cell.outputs == [] and cell.execution_count is None
 
 
@@ -59,8 +60,8 @@ def test_outputs_are_cleared():
 )
 def test_bad_markers_name_notebook_and_cell(source, message):
     """Do malformed markers fail with the notebook name and cell index?"""
-    with pytest.raises(course.CourseError, match=rf"demo.ipynb cell 1: .*{message}"):
-        course.make_lab(_notebook("x = 0", source), "demo.ipynb")
+    with pytest.raises(notebooks.CourseError, match=rf"demo.ipynb cell 1: .*{message}"):
+        notebooks.make_lab(_notebook("x = 0", source), "demo.ipynb")
 
 
 def test_build_and_check(tmp_path):
@@ -68,28 +69,29 @@ def test_build_and_check(tmp_path):
     solutions, labs = tmp_path / "solutions", tmp_path / "labs"
     solutions.mkdir()
     nb = _notebook(SOLUTION, "checks.f(f)")
-    course.nbgrader_metadata(nb)
+    build.nbgrader_metadata(nb)
     nbformat.write(nb, solutions / "a.ipynb")
-    assert course.build_labs(solutions, labs, check=True) == [labs / "a.ipynb"]
+    assert build.build_labs(solutions, labs, check=True) == [labs / "a.ipynb"]
     assert not labs.exists()
-    assert course.build_labs(solutions, labs) == [labs / "a.ipynb"]
-    assert course.build_labs(solutions, labs, check=True) == []
+    assert build.build_labs(solutions, labs) == [labs / "a.ipynb"]
+    assert build.build_labs(solutions, labs, check=True) == []
     nbformat.write(_notebook("x"), labs / "orphan.ipynb")
-    assert course.build_labs(solutions, labs, check=True) == [labs / "orphan.ipynb"]
-    course.build_labs(solutions, labs)
+    assert build.build_labs(solutions, labs, check=True) == [labs / "orphan.ipynb"]
+    build.build_labs(solutions, labs)
     assert not (labs / "orphan.ipynb").exists()
 
 
 def test_build_marks_cells_for_nbgrader_and_stores_references(tmp_path):
     """Does a build give nbgrader's metadata to exercise and check cells, and write
-    the reference store that use_reference reads?"""
-    solutions, labs, refs = tmp_path / "solutions", tmp_path / "labs", tmp_path / "r"
+    the reference store that use_reference reads into the lab's room?"""
+    solutions, labs, rooms = tmp_path / "solutions", tmp_path / "labs", tmp_path / "r"
     solutions.mkdir()
-    nb = _notebook("from labkit.checks import ddp as checks", SOLUTION, "checks.f(f)",
+    nb = _notebook("from labkit.labs.ddp import checks", SOLUTION, "checks.f(f)",
                    "print(f(2))")
     nbformat.write(nb, solutions / "a.ipynb")
-    changed = course.build_labs(solutions, labs, references_dir=refs)
-    assert set(changed) == {solutions / "a.ipynb", labs / "a.ipynb", refs / "a.json"}
+    store_path = rooms / "ddp" / "reference.json"
+    changed = build.build_labs(solutions, labs, rooms_dir=rooms)
+    assert set(changed) == {solutions / "a.ipynb", labs / "a.ipynb", store_path}
     cells = nbformat.read(solutions / "a.ipynb", as_version=4).cells
     assert "nbgrader" not in cells[0].metadata and "nbgrader" not in cells[3].metadata
     assert cells[1].metadata.nbgrader["solution"] is True
@@ -98,33 +100,42 @@ def test_build_marks_cells_for_nbgrader_and_stores_references(tmp_path):
     assert cells[2].metadata.nbgrader["points"] == 1
     assert nbformat.read(labs / "a.ipynb", as_version=4).cells[2].metadata.nbgrader[
         "locked"] is True
-    store = json.loads((refs / "a.json").read_text())
-    assert store["checks"] == "ddp"
+    store = json.loads(store_path.read_text())
+    assert store["room"] == "ddp" and store["notebook"] == "a.ipynb"
     assert store["exercises"] == [{"key": "f", "kind": "cell", "file": None,
                                    "title": "", "check": "f",
                                    "source": "def f(x):\n    return 2 * x"}]
-    assert course.build_labs(solutions, labs, check=True, references_dir=refs) == []
-    (refs / "a.json").write_text("{}")
-    assert course.build_labs(solutions, labs, check=True,
-                             references_dir=refs) == [refs / "a.json"]
+    assert build.build_labs(solutions, labs, check=True, rooms_dir=rooms) == []
+    store_path.write_text("{}")
+    assert build.build_labs(solutions, labs, check=True,
+                            rooms_dir=rooms) == [store_path]
+
+
+def test_the_room_is_read_from_the_checks_import():
+    """Is the room found whatever else the setup cell imports from it?"""
+    for line in ("from labkit.labs.pipeline import checks",
+                 "from labkit.labs.pipeline import checks, explorer",
+                 "from labkit.labs.pipeline import explorer, checks"):
+        assert build.room_of(_notebook(line)) == "pipeline"
+    assert build.room_of(_notebook("from labkit.labs.pipeline import explorer")) is None
 
 
 def test_an_exercise_without_its_check_is_an_error():
     """Does an exercise cell with no check cell after it fail, naming the cell?"""
-    with pytest.raises(course.CourseError, match="a.ipynb cell 0: the next code cell"):
-        course.exercises(_notebook(SOLUTION, "print(1)"), "a.ipynb")
+    with pytest.raises(notebooks.CourseError, match="a.ipynb cell 0: the next code cell"):
+        notebooks.exercises(_notebook(SOLUTION, "print(1)"), "a.ipynb")
 
 
 def test_empty_solutions_is_an_error(tmp_path):
     """Does an empty solutions folder fail clearly instead of deleting every lab?"""
-    with pytest.raises(course.CourseError, match="No notebooks"):
-        course.build_labs(tmp_path, tmp_path / "labs")
+    with pytest.raises(notebooks.CourseError, match="No notebooks"):
+        build.build_labs(tmp_path, tmp_path / "labs")
 
 
 def test_repository_labs_are_up_to_date():
     """Are the committed labs, nbgrader metadata and references what build-labs makes?"""
-    stale = course.build_labs(ROOT / "solutions", ROOT / "labs", check=True,
-                              references_dir=course.REFERENCES)
+    stale = build.build_labs(ROOT / "solutions", ROOT / "labs", check=True,
+                             rooms_dir=build.ROOMS)
     assert stale == [], f"stale labs {stale}: run `labkit build-labs`"
 
 
@@ -134,7 +145,7 @@ def test_repository_labs_are_up_to_date():
 def test_labs_hold_no_solution_code(path):
     """Does no lab keep a solution marker?"""
     text = path.read_text()
-    assert course.BEGIN not in text and course.END not in text
+    assert notebooks.BEGIN not in text and notebooks.END not in text
 
 
 @pytest.mark.parametrize(
@@ -164,7 +175,7 @@ def test_notebook_declares_its_hardware(path):
 def test_the_header_time_is_computed_from_the_lab():
     """Is the Time sentence reading (200 words/min) + exercise estimates + measured
     full-mode compute, with the appendix apart?"""
-    from labkit import lab_time
+    from coursetools import times as lab_time
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("# Lab 99\n**Time:** old. **Hardware:** any"),
@@ -183,7 +194,7 @@ def test_the_header_time_is_computed_from_the_lab():
 @pytest.mark.parametrize("path", sorted(ROOT.glob("solutions/*.ipynb")), ids=lambda p: p.name)
 def test_every_lab_states_its_measured_time(path):
     """Does every lab header carry the computed Time sentence, from a measurement?"""
-    from labkit import lab_time
+    from coursetools import times as lab_time
 
     nb = nbformat.read(path, as_version=4)
     assert lab_time.apply_header(nb), f"{path.name}: no '**Time:** ... **Hardware:**'"
@@ -193,7 +204,7 @@ def test_every_lab_states_its_measured_time(path):
 
 def test_instructors_tables_follow_the_labs():
     """Are INSTRUCTORS.md's lab table and track totals computed from the notebooks?"""
-    from labkit import lab_time
+    from coursetools import times as lab_time
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("# Lab 00 — A\n**Time:** x **Hardware:** y"),

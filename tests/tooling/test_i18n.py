@@ -1,4 +1,4 @@
-"""Tests for labkit.i18n: catalogs from the English notebooks, translated notebooks
+"""Tests for coursetools.i18n: catalogs from the English notebooks, translated notebooks
 from the catalogs, and the drift check (labkit build-labs --check)."""
 
 import re
@@ -11,9 +11,11 @@ import nbformat
 import polib
 import pytest
 
-from labkit import cli, course, i18n, lab_time, messages
+from labkit import cli, messages
+from coursetools import build, notebooks
+from coursetools import i18n, times as lab_time
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LOCALE = ROOT / "locale"
 CATALOGS = i18n.catalogs(LOCALE)
 HEADER = ("# Lab 99 — Tiny\n\nWhy it matters.\n\n**Time:** unknown yet. "
@@ -27,7 +29,7 @@ def _notebook(*markdown: str) -> nbformat.NotebookNode:
     nb.cells += [nbformat.v4.new_markdown_cell(text, id=f"m{i}")
                  for i, text in enumerate(markdown)]
     nb.cells += [nbformat.v4.new_code_cell(
-        f"def f():\n    {course.BEGIN}\n    return 1\n    {course.END}", id="ex"),
+        f"def f():\n    {notebooks.BEGIN}\n    return 1\n    {notebooks.END}", id="ex"),
         nbformat.v4.new_code_cell("checks.f(f)", id="check")]
     nb.metadata["labkit"] = {"min_gpus": 0, "cpu_ok": True, "world_size": 1}
     lab_time.apply_header(nb)
@@ -190,31 +192,31 @@ def test_build_labs_writes_translated_solution_and_lab(tmp_path):
     Chinese solution, and then report them fresh?"""
     _tree(tmp_path, _notebook("One."))
     solutions, labs = tmp_path / "solutions", tmp_path / "labs"
-    changed = course.build_labs(solutions, labs)
+    changed = build.build_labs(solutions, labs)
     assert {solutions / "zh_CN" / "a.ipynb", labs / "zh_CN" / "a.ipynb"} <= set(changed)
     zh_solution = nbformat.read(solutions / "zh_CN" / "a.ipynb", as_version=4)
     zh_lab = nbformat.read(labs / "zh_CN" / "a.ipynb", as_version=4)
     english = nbformat.read(solutions / "a.ipynb", as_version=4)
     assert zh_solution.cells[1].source == "中文 One."
     assert zh_solution.cells[2].source == english.cells[2].source
-    assert zh_lab.cells[2].source == "def f():\n    " + "\n    ".join(course.CODE_STUB)
+    assert zh_lab.cells[2].source == "def f():\n    " + "\n    ".join(notebooks.CODE_STUB)
     assert zh_lab.cells[1].source == "中文 One."
     assert zh_lab.metadata["labkit"]["lang"] == "zh_CN"
-    assert course.build_labs(solutions, labs, check=True) == []
+    assert build.build_labs(solutions, labs, check=True) == []
 
 
 def test_stale_and_orphan_translations_are_reported(tmp_path):
     """Is a hand-edited Chinese notebook stale, and one without a catalog removed?"""
     po_path = _tree(tmp_path, _notebook("One."))
     solutions, labs = tmp_path / "solutions", tmp_path / "labs"
-    course.build_labs(solutions, labs)
+    build.build_labs(solutions, labs)
     target = labs / "zh_CN" / "a.ipynb"
     target.write_text(target.read_text().replace("中文 One.", "edited by hand"))
-    assert course.build_labs(solutions, labs, check=True) == [target]
+    assert build.build_labs(solutions, labs, check=True) == [target]
     po_path.unlink()
-    stale = course.build_labs(solutions, labs, check=True)
+    stale = build.build_labs(solutions, labs, check=True)
     assert stale == [solutions / "zh_CN" / "a.ipynb", target]
-    course.build_labs(solutions, labs)
+    build.build_labs(solutions, labs)
     assert not target.exists() and not (solutions / "zh_CN" / "a.ipynb").exists()
 
 
@@ -223,9 +225,9 @@ def test_unreadable_catalog_is_a_problem_not_a_crash(tmp_path, capsys):
     po_path = _tree(tmp_path, _notebook("One."))
     po_path.write_text('msgctxt "m0"\nmsgid "One."\nmsgstr "一。"\ngarbage\n')
     solutions, labs = tmp_path / "solutions", tmp_path / "labs"
-    assert labs / "a.ipynb" in course.build_labs(solutions, labs)
+    assert labs / "a.ipynb" in build.build_labs(solutions, labs)
     assert "cannot be read" in capsys.readouterr().err
-    problems = course.build_labs(solutions, labs, check=True)
+    problems = build.build_labs(solutions, labs, check=True)
     assert [type(p) for p in problems] == [i18n.Problem]
 
 
@@ -241,7 +243,7 @@ def course_copy(tmp_path) -> Path:
     for lang in {lang for lang, _stem, _path in CATALOGS}:   # labkit's, from the package
         shutil.copy(messages.catalog_path(lang), i18n.runtime_catalog(tmp_path / "locale",
                                                                       lang))
-    course.build_labs(tmp_path / "solutions", tmp_path / "labs")
+    build.build_labs(tmp_path / "solutions", tmp_path / "labs")
     return tmp_path
 
 
@@ -250,17 +252,17 @@ def test_check_fails_on_exactly_the_edited_english_cell(course_copy, capsys):
     after the catalogs are refreshed, naming the notebook, the cell and the command,
     and pass again once the entry is translated?"""
     solutions, labs = course_copy / "solutions", course_copy / "labs"
-    assert course.build_labs(solutions, labs, check=True) == []
+    assert build.build_labs(solutions, labs, check=True) == []
     _, stem, po_path = CATALOGS[0]
     path = solutions / f"{stem}.ipynb"
     nb = nbformat.read(path, as_version=4)
     cell = next(c for c in nb.cells[1:] if c.cell_type == "markdown")
     cell.source += "\n\nOne more sentence."
     nbformat.write(nb, path)
-    course.build_labs(solutions, labs)   # as others run it: it writes what it can
+    build.build_labs(solutions, labs)   # as others run it: it writes what it can
     assert "English text kept" in capsys.readouterr().err
     for refreshed in (False, True):
-        problems = course.build_labs(solutions, labs, check=True)
+        problems = build.build_labs(solutions, labs, check=True)
         assert [(p.notebook, p.cell) for p in problems] == [(path.name, cell.id)]
         message = str(problems[0])
         assert path.name in message and "`labkit i18n update`" in message
@@ -280,8 +282,8 @@ def test_check_fails_on_exactly_the_edited_english_cell(course_copy, capsys):
     entry.flags.remove("fuzzy")
     entry.previous_msgid = None
     po.save()
-    course.build_labs(solutions, labs)
-    assert course.build_labs(solutions, labs, check=True) == []
+    build.build_labs(solutions, labs)
+    assert build.build_labs(solutions, labs, check=True) == []
 
 
 @pytest.mark.parametrize("english, translated, lost", [
@@ -350,7 +352,7 @@ def test_build_labs_check_prints_problems(tmp_path, capsys, monkeypatch):
     po[1].msgstr = ""
     po.save()
     monkeypatch.chdir(tmp_path)
-    assert cli.main(["build-labs", "--check", "--references", str(tmp_path / "r")]) == 1
+    assert cli.main(["build-labs", "--check", "--rooms", str(tmp_path / "r")]) == 1
     out = capsys.readouterr().out
     assert ("out of sync: locale/zh_CN/LC_MESSAGES/a.po: a.ipynb cell m0: the entry "
             "is untranslated") in out
@@ -368,23 +370,23 @@ def test_pytest_collects_the_translated_solutions():
     for lang, stem, _ in CATALOGS:
         node = f"solutions/{lang}/{stem}.ipynb::Cell 0"
         assert node in done.stdout, done.stdout[-2000:]
-        assert (course.hardware_needs(ROOT / "solutions" / lang / f"{stem}.ipynb")
-                == course.hardware_needs(ROOT / "solutions" / f"{stem}.ipynb"))
+        assert (notebooks.hardware_needs(ROOT / "solutions" / lang / f"{stem}.ipynb")
+                == notebooks.hardware_needs(ROOT / "solutions" / f"{stem}.ipynb"))
 
 
 # ---------------------------------------------------------------- labkit's messages
 
 # Every labkit module a learner meets in a notebook speaks the learner's language: its
 # prints, errors, check verdicts and hints, plot words and widget labels go through
-# labkit.messages._. The tooling below is for instructors, translators and root on the
-# command line, and speaks English: course building and measuring (course, lab_time,
-# book, i18n, cli), `labkit bench`, and the cluster in a box's CLI (cluster.py; its
-# notebook cells print through multinode, which is translated).
-TOOLING = {"cli.py", "course.py", "lab_time.py", "book.py", "i18n.py", "cluster.py",
-           "bench"}
+# labkit.messages._. What is for instructors and root on the command line speaks
+# English: the `labkit` command (cli.py), the benchmarks (`labkit bench`, the rooms'
+# bench_*.py) and the cluster in a box's CLI (cluster.py; its notebook cells print
+# through the rooms' node modules, which are translated). The course tooling
+# (coursetools) is not in labkit at all.
+COMMAND_LINE = {"cli.py", "cluster.py", "bench.py"}
 SPEAK_THE_LEARNERS_LANGUAGE = sorted(
     str(path.relative_to(ROOT / "labkit")) for path in (ROOT / "labkit").rglob("*.py")
-    if path.relative_to(ROOT / "labkit").parts[0] not in TOOLING)
+    if path.name not in COMMAND_LINE and not path.name.startswith("bench_"))
 _SAYS = {"print", "passed", "ExerciseFailed", "LaunchError", "WorkerError",
          "CollectiveTimeout", "DeadlineExceeded", "ValueError", "TypeError", "KeyError",
          "RuntimeError"}

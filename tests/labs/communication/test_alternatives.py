@@ -11,9 +11,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from labkit.checks import communication as checks
 from notebook_cells import write_program
+
+from labkit.labs.communication import checks
 
 ALTERNATIVES = Path(__file__).parent / "alternatives"
 CASES = [

@@ -14,12 +14,18 @@ import re
 import textwrap
 
 import pytest
-
-from labkit import bottleneck, comm_model, compression, data, launch, local_sgd, models
-from labkit.bench import BENCHMARKS
-from labkit.checks import ExerciseFailed
-from labkit.checks import communication as checks
 from notebook_cells import write_program
+
+from labkit import data, launch, models
+from labkit.labs import BENCHMARKS
+from labkit.checks import ExerciseFailed
+from labkit.labs.communication import (
+    bottleneck,
+    checks,
+    comm_model,
+    compression,
+    local_sgd,
+)
 
 NOTEBOOK = "06_communication.ipynb"
 
@@ -147,7 +153,7 @@ def test_local_sgd_with_period_1_is_ddp(tmp_path, monkeypatch):
         import torch
         import torch.nn.functional as F
         from torch.nn.parallel import DistributedDataParallel as DDP
-        from labkit.local_sgd import batches, make_model, my_shard
+        from labkit.labs.communication.local_sgd import batches, make_model, my_shard
 
         def train(ctx, cfg):
             images, labels = my_shard(ctx, cfg)
@@ -217,7 +223,7 @@ def test_benches_are_registered():
 
 def test_bench_allreduce_headline(capsys):
     """Does `bench allreduce` measure up to 64 MiB and print busbw at 64 MB last?"""
-    from labkit.bench.allreduce import allreduce
+    from labkit.labs.communication.bench_allreduce import allreduce
 
     busbw = allreduce()
     last = capsys.readouterr().out.strip().splitlines()[-1]
@@ -227,7 +233,7 @@ def test_bench_allreduce_headline(capsys):
 
 def test_bench_compression_headline(capsys):
     """Does `bench compression` end with PowerSGD's byte ratio, far above 1?"""
-    from labkit.bench.compression import compression_benchmark
+    from labkit.labs.communication.bench_compression import compression_benchmark
 
     ratio = compression_benchmark(steps=12, width=64, limit=2000)
     last = capsys.readouterr().out.strip().splitlines()[-1]
@@ -238,7 +244,7 @@ def test_bench_compression_headline(capsys):
 def test_labkit_timing_worker_passes_the_exercise_check(tmp_path, capsys):
     """Does labkit's copy of time_allreduce (the bench's) pass the learner's check?"""
     path = tmp_path / "labkit_timing.py"
-    path.write_text("from labkit.bench.allreduce import time_allreduce\n")
+    path.write_text("from labkit.labs.communication.bench_allreduce import time_allreduce\n")
     checks.allreduce_timing(path)
     assert "✅ time_allreduce" in capsys.readouterr().out
 

@@ -6,7 +6,7 @@ time). What a CPU cannot prove: that real NCCL events land where the fakes do.
 
 import torch
 
-from labkit import bottleneck
+from labkit.labs.communication import bottleneck
 
 
 class FakeEvent:

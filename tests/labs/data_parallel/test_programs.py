@@ -2,7 +2,7 @@
 
 The programs are the solution notebook's ``%%writefile`` cells (parallel_apply.py,
 dp_step.py), written to a temporary folder with one deliberate mistake applied
-(``notebook_cells.write_program``). Also covers ``labkit.dataparallel``, the plumbing
+(``notebook_cells.write_program``). Also covers ``labkit.labs.data_parallel.dataparallel``, the plumbing
 lab 02 keeps in labkit (replica devices, exact float32, DataParallel memory).
 """
 
@@ -14,9 +14,9 @@ import torch
 from notebook_cells import write_program
 from torch import nn
 
-from labkit import dataparallel, models
+from labkit import models
 from labkit.checks import ExerciseFailed
-from labkit.checks import data_parallel as checks
+from labkit.labs.data_parallel import checks, dataparallel
 
 NOTEBOOK = "02_data_parallel.ipynb"
 
@@ -310,7 +310,7 @@ def test_dp_step_runs_on_other_parallel_apply(tmp_path, capsys):
     assert "✅ data_parallel_step: passed" in capsys.readouterr().out
 
 
-# ---------------------------------------------------------------- labkit.dataparallel
+# ---------------------------------------------------------------- dataparallel (the room)
 
 
 def test_replica_devices_says_why(capsys):

@@ -12,9 +12,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from labkit.checks import ddp as checks
 from notebook_cells import write_program
+
+from labkit.labs.ddp import checks
 
 ALTERNATIVES = Path(__file__).resolve().parent / "alternatives"
 NOTEBOOK = "03_ddp.ipynb"

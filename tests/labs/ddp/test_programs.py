@@ -6,10 +6,10 @@ a temporary folder, breaks one line, and runs the check there (2 gloo ranks).
 """
 
 import pytest
+from notebook_cells import expect_hint, solution_folder, write_program
 
 from labkit.checks import ExerciseFailed
-from labkit.checks import ddp as checks
-from notebook_cells import expect_hint, solution_folder, write_program
+from labkit.labs.ddp import checks
 
 NOTEBOOK = "03_ddp.ipynb"
 

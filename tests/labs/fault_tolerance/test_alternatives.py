@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from labkit.checks import fault_tolerance as checks
 from notebook_cells import write_program
+
+from labkit.labs.fault_tolerance import checks
 
 ALTERNATIVES = Path(__file__).resolve().parent / "alternatives"
 NOTEBOOK = "09_fault_tolerance.ipynb"

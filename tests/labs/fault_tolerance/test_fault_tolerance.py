@@ -11,11 +11,11 @@ import sys
 
 import pytest
 import torch
-
-from labkit import launch, snapshots
-from labkit.checks import ExerciseFailed
-from labkit.checks import fault_tolerance as checks
 from notebook_cells import write_program
+
+from labkit import launch
+from labkit.checks import ExerciseFailed
+from labkit.labs.fault_tolerance import checks, snapshots
 
 NOTEBOOK = "09_fault_tolerance.ipynb"
 

@@ -11,11 +11,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from notebook_cells import solution_folder, write_program
 
 from labkit import models, timeline
 from labkit.checks import ExerciseFailed
-from labkit.checks import model_parallel as checks
-from notebook_cells import solution_folder, write_program
+from labkit.labs.model_parallel import checks
 
 NOTEBOOK = "04_model_parallel.ipynb"
 STUCK_S = 3.0   # how long a check waits for a message that never comes, in tests

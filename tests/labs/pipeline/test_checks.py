@@ -10,12 +10,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from notebook_cells import solution_folder, write_program
 
 from labkit import launch, models, pipeline, stages
 from labkit.checks import ExerciseFailed
-from labkit.checks import pipeline as checks
 from labkit.checks._programs import load_program
-from notebook_cells import solution_folder, write_program
+from labkit.labs.pipeline import checks
 
 NOTEBOOK = "05_pipeline_parallel.ipynb"
 STUCK_S = 3.0   # how long a check waits for a message that never comes, in tests
@@ -180,7 +180,7 @@ def test_one_f_one_b_names_the_mistake(folder, mistake, replace, hint):
 
 def test_one_f_one_b_orders_as_strings_or_actions(folder):
     """"F3" strings and pipeline.Action tuples are the same order: accepted."""
-    from labkit.checks.pipeline import _normalised
+    from labkit.labs.pipeline.checks import _normalised
 
     want = [("F", 0), ("F", 1), ("B", 0), ("B", 1)]
     assert _normalised(["F0", "F1", "B0", "B1"]) == want

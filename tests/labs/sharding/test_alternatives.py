@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.checks import sharding as checks
+from labkit.labs.sharding import checks
 
 ALTERNATIVES = Path(__file__).resolve().parent / "alternatives"
 

@@ -12,12 +12,12 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from notebook_cells import write_program
 from torch.utils.checkpoint import checkpoint
 
-from labkit import explorers, launch, memory_probe, models, sharded, sharding_memory
-from labkit.checks import sharding as checks
+from labkit import launch, memory_probe, models
 from labkit.checks._core import ExerciseFailed
-from notebook_cells import write_program
+from labkit.labs.sharding import checks, explorer, sharded, sharding_memory
 
 NOTEBOOK = "07_sharding.ipynb"
 MODULES = ("zero1_worker.py", "zero_variants.py", "fsdp_worker.py", "stage_bytes.py",
@@ -484,10 +484,10 @@ def test_training_data_is_split_evenly():
 
 def test_fit_explorer_builds_and_sums():
     """Does the does-it-fit explorer build, and its parts add up to per_gpu_bytes?"""
-    box = explorers.sharding_fit(capacity_gib=139.0)
+    box = explorer.sharding_fit(capacity_gib=139.0)
     assert box.children
     shape = sharding_memory.MODEL_SHAPES["Llama 2 7B"]
-    parts = explorers._fit_parts(shape, 8, 3, 2048, 1, False)
+    parts = explorer._fit_parts(shape, 8, 3, 2048, 1, False)
     acts = sharding_memory.transformer_activation_bytes(*shape[1:], 2048, 1)
     want = sharding_memory.per_gpu_bytes(shape[0], 8, 3, acts) / 2**30
     assert sum(parts.values()) == pytest.approx(want)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.checks import tensor_parallel as checks
+from labkit.labs.tensor_parallel import checks
 
 ALTERNATIVES = Path(__file__).resolve().parent / "alternatives"
 
@@ -36,7 +36,7 @@ def test_alternative_solution_passes(tmp_path, monkeypatch, capsys, alternative,
 
 def test_request_seconds_in_another_order_passes(capsys):
     """Does a latency model that sums the same terms in another order pass?"""
-    from labkit import latency_model as lm
+    from labkit.labs.tensor_parallel import latency_model as lm
 
     def request_seconds(layers, device, link, n, split):
         if n == 1 or split == "single":

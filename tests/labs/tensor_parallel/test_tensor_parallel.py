@@ -11,12 +11,13 @@ import math
 
 import pytest
 import torch
-
-from labkit import latency_model, launch, tensor_parallel as tp
-from labkit.checks import ExerciseFailed
-from labkit.checks import tensor_parallel as checks
-from labkit.checks._programs import load_program
 from notebook_cells import expect_hint, solution_folder, write_program
+
+from labkit import launch
+from labkit.checks import ExerciseFailed
+from labkit.checks._programs import load_program
+from labkit.labs.tensor_parallel import checks, latency_model
+from labkit.labs.tensor_parallel import tensor_parallel as tp
 
 NOTEBOOK = "08_tensor_parallel.ipynb"
 

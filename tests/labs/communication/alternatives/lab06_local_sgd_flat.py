@@ -5,7 +5,7 @@ import torch.nn.functional as F
 from torch.distributed import ReduceOp, all_reduce, get_world_size
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from labkit.local_sgd import batches, make_model, my_shard
+from labkit.labs.communication.local_sgd import batches, make_model, my_shard
 
 
 @torch.no_grad()

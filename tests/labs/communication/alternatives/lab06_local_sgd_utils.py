@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch.distributed.algorithms.model_averaging.utils import average_parameters as avg
 
-from labkit.local_sgd import batches, make_model, my_shard
+from labkit.labs.communication.local_sgd import batches, make_model, my_shard
 
 
 def average_parameters(model):

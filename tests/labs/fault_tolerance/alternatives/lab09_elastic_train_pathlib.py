@@ -14,7 +14,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from labkit import elastic, launch, snapshots
+from labkit import launch
+from labkit.labs.fault_tolerance import elastic, snapshots
 from snapshot import batches, load_snapshot, save_snapshot   # exercise 9.1
 
 NAME = re.compile(r"step_(\d+)\.pt")

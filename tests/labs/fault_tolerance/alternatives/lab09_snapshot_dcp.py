@@ -13,7 +13,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.utils.data import DistributedSampler
 
-from labkit import snapshots
+from labkit.labs.fault_tolerance import snapshots
 
 
 def save_atomic(obj, path):

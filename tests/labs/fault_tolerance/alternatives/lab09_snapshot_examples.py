@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch import load, save
 from torch.utils.data import DistributedSampler
 
-from labkit import snapshots
+from labkit.labs.fault_tolerance import snapshots
 
 
 def save_atomic(obj, path):

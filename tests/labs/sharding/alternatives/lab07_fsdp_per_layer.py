@@ -9,7 +9,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-from labkit import sharded
+from labkit.labs.sharding import sharded
 
 
 def shard_model(model, mesh):

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from labkit import sharded
+from labkit.labs.sharding import sharded
 
 
 def shard_model(model, mesh):

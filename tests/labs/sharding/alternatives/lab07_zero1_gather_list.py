@@ -6,7 +6,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from labkit import sharded
+from labkit.labs.sharding import sharded
 
 
 def shard_range(numel, rank, world_size):

@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from labkit import sharded
+from labkit.labs.sharding import sharded
 
 
 def shard_range(numel, rank, world_size):

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
-from labkit import sharded
+from labkit.labs.sharding import sharded
 
 
 def shard_range(numel, rank, world_size):

@@ -9,7 +9,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                parallelize_module)
 
-from labkit import tensor_parallel as tp
+from labkit.labs.tensor_parallel import tensor_parallel as tp
 
 
 def make_mesh(device_type, world_size, tp_size):

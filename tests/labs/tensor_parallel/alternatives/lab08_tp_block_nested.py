@@ -7,7 +7,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                parallelize_module)
 
-from labkit import tensor_parallel as tp
+from labkit.labs.tensor_parallel import tensor_parallel as tp
 
 ATTENTION = {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(),
              "out": RowwiseParallel()}

@@ -9,7 +9,7 @@ from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                parallelize_module)
 
-from labkit import tensor_parallel as tp
+from labkit.labs.tensor_parallel import tensor_parallel as tp
 
 
 def block_plan():

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from labkit import tensor_parallel as tp
+from labkit.labs.tensor_parallel import tensor_parallel as tp
 
 
 def _reduce(tensor):
