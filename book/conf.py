@@ -1,6 +1,6 @@
-"""Sphinx configuration of the course book (``make book``; labkit/book.py prepares
-the sources: these pages, the README and INSTRUCTORS.md, and the solution notebooks
-with a header cell each). One configuration for both editions: labkit/book.py sets
+"""Sphinx configuration of the course book (``make book``; coursetools/book.py prepares
+the sources: these pages, INSTRUCTORS.md, and the solution notebooks with a header
+cell each). One configuration for both editions: coursetools/book.py sets
 LABKIT_BOOK_LANG to "en" (the site's root) or "zh_CN" (the zh_CN/ folder beside it)."""
 
 import os
@@ -11,8 +11,7 @@ project = {"en": "Multi-GPU training with PyTorch",
 language = LANG   # for zh_CN, Sphinx's search splits Chinese words with jieba
 author = "the course's authors"
 extensions = ["myst_nb"]
-exclude_patterns = ["_build", "**.ipynb_checkpoints", "README.md", "README.zh-CN.md",
-                    "INSTRUCTORS.md"]
+exclude_patterns = ["_build", "**.ipynb_checkpoints", "INSTRUCTORS.md"]
 myst_heading_anchors = 4
 myst_enable_extensions = ["colon_fence"]
 
@@ -23,7 +22,7 @@ html_static_path = []
 html_last_updated_fmt = "%Y-%m-%d"
 
 # Execution: every notebook runs once per mode and is cached (jupyter-cache), so only
-# changed notebooks run again. labkit/book.py points the cache at one folder per mode
+# changed notebooks run again. coursetools/book.py points the cache at one folder per mode
 # (quick and full outputs differ, their code does not).
 nb_execution_mode = "cache"
 if os.environ.get("LABKIT_BOOK_PREVIEW"):   # an author's look at the pages: no outputs
