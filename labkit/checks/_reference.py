@@ -23,12 +23,17 @@ import re
 import sys
 from pathlib import Path
 
+from labkit import progress
 from labkit.messages import _
 
-__all__ = ["use_reference", "reference_line", "exercise_for"]
+__all__ = ["use_reference", "reference_line", "exercise_for", "record_verdict",
+           "record_begin"]
 
 _ROOMS = Path(__file__).resolve().parents[1] / "labs"   # labkit/labs/<room>/
 _CHECKS_MODULE = re.compile(r"^labkit\.labs\.(\w+)\.checks$")
+_ROOM_MODULE = re.compile(r"^labkit\.labs\.(\w+)(\.|$)")
+_NUMBER = re.compile(r"Exercise\s+(\d+\.\d+)")
+_last_failed = {"frame": None}   # the check whose failure was recorded last
 
 
 @functools.cache
@@ -53,16 +58,22 @@ def exercise_for(key: str | None = None, check: tuple[str, str] | None = None):
     return None
 
 
-def _calling_check() -> tuple[str, str] | None:
+def _calling_check_frame():
     """Find the check the notebook called: the outermost frame in a room's checks
-    module (``labkit.labs.<room>.checks``); return (room, function)."""
+    module (``labkit.labs.<room>.checks``); return (frame, (room, function))."""
     frame, found = sys._getframe(1), None
     while frame is not None:
         match = _CHECKS_MODULE.match(frame.f_globals.get("__name__", ""))
         if match:
-            found = (match.group(1), frame.f_code.co_name)
+            found = (frame, (match.group(1), frame.f_code.co_name))
         frame = frame.f_back
     return found
+
+
+def _calling_check() -> tuple[str, str] | None:
+    """Return (room, function) of the check the notebook called, or None."""
+    found = _calling_check_frame()
+    return found[1] if found else None
 
 
 def reference_line() -> str | None:
@@ -104,3 +115,44 @@ def use_reference(key: str) -> None:
     print(_("⚠️  {title} ({lab}): now running labkit's REFERENCE solution for `{key}`, "
             "not your code. The rest of the lab uses it. To go back to your own, {back}")
           .format(title=title, lab=lab, key=key, back=back))
+    record_verdict("reference", key=key)
+
+
+def record_verdict(event: str, key: str | None = None) -> None:
+    """Note a verdict of the check now running (``failed``, ``passed``) or a reference
+    taken (``reference``, with its ``key``) in the room's progress file, when the
+    learner records one (``labkit.progress``); else do nothing."""
+    if not progress.enabled():
+        return
+    if key is not None:
+        ex = exercise_for(key=key)
+    else:
+        found = _calling_check_frame()
+        if found is None:
+            return
+        frame, check = found
+        if event == "failed":
+            # a check that adds detail re-raises a second ExerciseFailed: one attempt.
+            # Holding the frame (as IPython's last traceback does) keeps its id unique.
+            if frame is _last_failed["frame"]:
+                return
+            _last_failed["frame"] = frame
+        ex = exercise_for(check=check)
+    if ex is not None:
+        number = _NUMBER.search(ex["title"] or "")
+        progress.record(event, ex["room"], ex["notebook"].removesuffix(".ipynb"),
+                        number.group(1) if number else None, ex["key"])
+
+
+def record_begin(namespace: dict) -> None:
+    """Note that a lab's setup cell ran; its room is the one ``namespace`` (the
+    notebook's) imported its checks from."""
+    if not progress.enabled():
+        return
+    rooms = {match.group(1) for value in namespace.values()
+             if (match := _ROOM_MODULE.match(getattr(value, "__name__", "") or ""))
+             and type(value).__name__ == "module"}
+    room = rooms.pop() if len(rooms) == 1 else None
+    lab = next((s["notebook"].removesuffix(".ipynb") for s in _stores()
+                if s["room"] == room), None)
+    progress.opened(room, lab)
