@@ -42,14 +42,15 @@ nb_mime_priority_overrides = [("html", "application/vnd.jupyter.widget-view+json
 
 # The language switch: a link at the top of every page to the same page in the other
 # edition (the Chinese one lives in zh_CN/ under the English site). The Chinese edition
-# has the labs, its index and setup; its other pages link to the English ones.
+# has the labs, the primers, its index and setup; its other pages link to the English ones.
 SWITCH = {"en": ("zh_CN/", "中文"), "zh_CN": ("../", "English")}
 IN_BOTH = ("index", "setup", "search", "genindex")
 
 
 def _language_switch(app, pagename, templatename, context, doctree):
     prefix, label = SWITCH[LANG]
-    shared = LANG != "en" or pagename in IN_BOTH or pagename.startswith("labs/")
+    shared = (LANG != "en" or pagename in IN_BOTH
+              or pagename.startswith(("labs/", "primers/")))
     target = pagename if shared else "index"
     up = "../" * pagename.count("/")
     context["body"] = (f'<p class="labkit-language-switch"><a href="{up}{prefix}{target}.html" '

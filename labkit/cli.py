@@ -6,7 +6,7 @@ labkit bench NAME             run a benchmark (labkit bench --help lists them)
 labkit bench allreduce --link 1gbe   the same over a shaped link (root)
 
 and, where the course tooling is installed (a checkout; not the learner image):
-build-labs, i18n, measure-labs, book (``coursetools.cli``). This module is the entry
+build-labs, i18n, measure-labs, room, book (``coursetools.cli``). This module is the entry
 point above the three layers: it alone imports from all of them.
 """
 
@@ -41,7 +41,7 @@ def _bench(args) -> int:
 
 # The course tooling's verbs (coursetools.cli.VERBS), named here so that they keep
 # their names where the tooling is not installed (the learner image).
-TOOLING_VERBS = ("build-labs", "i18n", "measure-labs", "book")
+TOOLING_VERBS = ("build-labs", "i18n", "measure-labs", "room", "book")
 
 
 def _tooling():

@@ -172,25 +172,6 @@ def test_notebook_declares_its_hardware(path):
     )
 
 
-def test_the_header_time_is_computed_from_the_lab():
-    """Is the Time sentence reading (200 words/min) + exercise estimates + measured
-    full-mode compute, with the appendix apart?"""
-    from coursetools import times as lab_time
-
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell("# Lab 99\n**Time:** old. **Hardware:** any"),
-                nbformat.v4.new_markdown_cell("word " * 390 + "\n### Exercise 9.1 — x (≈ 7 min)"),
-                nbformat.v4.new_markdown_cell("## Appendix — for self-study\n" + "w " * 250)]
-    nb.metadata["labkit"] = {"measured": {"full_mode_s": 130.0, "quick_mode_s": 9.0,
-                                          "on": "2 CPU cores", "date": "2026-12-01"}}
-    assert lab_time.word_counts(nb) == (7 + 390 + 8, 5 + 250)
-    assert lab_time.apply_header(nb)
-    header = nb.cells[0].source
-    assert header.startswith("# Lab 99\n**Time:** ≈ 13 min: reading 3 min (405 words")
-    assert "exercises 7 min" in header and "compute 3 min (full mode, measured on 2 CPU" in header
-    assert "The appendix adds about 2 min" in header and header.endswith(" **Hardware:** any")
-
-
 @pytest.mark.parametrize("path", sorted(ROOT.glob("solutions/*.ipynb")), ids=lambda p: p.name)
 def test_every_lab_states_its_measured_time(path):
     """Does every lab header carry the computed Time sentence, from a measurement?"""
@@ -200,25 +181,6 @@ def test_every_lab_states_its_measured_time(path):
     assert lab_time.apply_header(nb), f"{path.name}: no '**Time:** ... **Hardware:**'"
     assert nb.metadata.get("labkit", {}).get("measured"), (
         f"{path.name}: its compute time was never measured: run `labkit measure-labs`")
-
-
-def test_instructors_tables_follow_the_labs():
-    """Are INSTRUCTORS.md's lab table and track totals computed from the notebooks?"""
-    from coursetools import times as lab_time
-
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell("# Lab 00 — A\n**Time:** x **Hardware:** y"),
-                nbformat.v4.new_markdown_cell("### Exercise 0.1 — e (≈ 10 min)")]
-    nb.metadata["labkit"] = {"measured": {"full_mode_s": 61.0, "quick_mode_s": 5.0,
-                                          "on": "2 CPU cores", "date": "2026-12-01"}}
-    text = ("<!-- lab-times -->\nold\n<!-- /lab-times -->\n"
-            "<!-- tracks -->\nold\n<!-- /tracks -->\n")
-    out = lab_time.instructors_text(text, {"00_a.ipynb": nb})
-    assert "| Lab 00 — A | 1 (17 words) | 10 | 2 (61 s full, 5 s quick) | **13** |" in out
-    assert "| 1-day workshop | 00, 01, 02, 03, 05, 07 | 13 | 0.3 |" in out
-    assert "Compute measured on 2 CPU cores." in out and "old" not in out
-    with pytest.raises(ValueError, match="lab-times"):
-        lab_time.instructors_text("no markers", {"00_a.ipynb": nb})
 
 
 def test_reveal_prints_guess_theory_and_measurement(capsys):

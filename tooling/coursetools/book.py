@@ -46,9 +46,9 @@ MACHINE_CODE = '''\
 # Added by coursetools.book: which machine produced this page's numbers.
 import datetime, torch
 from IPython.display import Markdown
-from coursetools import times
+from coursetools import measure
 from labkit import mode
-_where = times.machine()
+_where = measure.machine()
 _gpus = torch.cuda.device_count()
 _quick = mode.is_quick()
 _note = {note}

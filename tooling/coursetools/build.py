@@ -13,8 +13,9 @@ The same build keeps four things derived from the solutions in step with them:
 - each lab's reference solutions (``labkit/labs/<room>/reference.json``, the room
   the notebook imports its checks from), what ``checks.use_reference(...)`` puts in
   place of a stuck learner's code;
-- each lab header's ``**Time:**`` sentence and INSTRUCTORS.md's tables of lab and track
-  times (``coursetools.times``);
+- each lab header's ``**Time:**`` sentence and INSTRUCTORS.md's table of lab times
+  (``coursetools.times``), its tracks, their schedules and GPU needs, refused when a
+  track leaves out a prerequisite or overruns its day (``coursetools.tracks``);
 - the drawing of the course's layers in book/architecture.md (``coursetools.layers``).
 """
 
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import nbformat
 
-from coursetools import i18n, layers, times
+from coursetools import i18n, layers, times, tracks
 from coursetools.notebooks import (CourseError, exercises, make_lab, refresh, render,
                                    replace_block)
 
@@ -115,8 +116,8 @@ def build_labs(
         notebooks = {s.name: nbformat.read(s, as_version=4) for s in sources}
         for notebook in notebooks.values():
             times.apply_header(notebook)   # as written above (unless checking)
-        refresh(instructors, times.instructors_text(instructors.read_text(),
-                                                    notebooks), check, changed)
+        text = times.instructors_text(instructors.read_text(), notebooks)
+        refresh(instructors, tracks.instructors_text(text, notebooks), check, changed)
     architecture = solutions_dir.parent / "book" / "architecture.md"
     if architecture.exists():
         refresh(architecture, replace_block(architecture.read_text(), "layers",

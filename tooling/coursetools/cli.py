@@ -5,6 +5,8 @@ labkit i18n init NAME ...     add a lab to the Chinese edition (a catalog in loc
 labkit i18n update            merge the English into every catalog (changes: fuzzy)
 labkit i18n status            count each catalog's translated, fuzzy, missing entries
 labkit measure-labs [NAME ...] time each solution in full mode (the lab headers' compute)
+labkit room gather PATH ...   a room's progress files as one table (--apply: into the
+                              lab headers and INSTRUCTORS.md, in place of the estimates)
 labkit book [--out DIR]       build the course book (full mode; LABKIT_QUICK=1: quick)
 
 Argument parsing only; each verb calls the tooling's modules. The ``labkit`` command
@@ -18,7 +20,7 @@ from pathlib import Path
 
 __all__ = ["VERBS", "add_verbs", "main"]
 
-VERBS = ("build-labs", "i18n", "measure-labs", "book")
+VERBS = ("build-labs", "i18n", "measure-labs", "room", "book")
 
 
 def _rooms() -> Path:
@@ -46,12 +48,12 @@ def _build_labs(args) -> int:
 
 
 def _measure_labs(args) -> int:
-    from coursetools import build, times
+    from coursetools import build, measure
 
     paths = sorted(Path(args.solutions).glob("*.ipynb"))
     chosen = [p for p in paths if not args.names or any(n in p.name for n in args.names)]
     for path in chosen:
-        measured = times.measure(path, quick=args.quick)
+        measured = measure.measure(path, quick=args.quick)
         print(f"{path.name}: full mode {measured['full_mode_s']:.0f} s on "
               f"{measured['on']} (load {measured['load']})", flush=True)
     build.build_labs(args.solutions, "labs", rooms_dir=build.ROOMS)
@@ -104,6 +106,25 @@ def _i18n(args) -> int:
     return 0
 
 
+def _room(args) -> int:
+    from coursetools import build, room, times
+    from labkit import progress
+
+    gathered = room.gather(args.paths, args.solutions)
+    if not gathered["files"]:
+        raise ValueError(f"no {progress.FILE_NAME} under {', '.join(args.paths)}: "
+                         "did the room record (LABKIT_RECORD=1, INSTRUCTORS.md)?")
+    print(room.table(gathered), end="")
+    if args.apply:
+        for path in room.apply(gathered, args.solutions):
+            print(f"wrote the room's figure into {path}")
+        build.build_labs(args.solutions, "labs", rooms_dir=build.ROOMS)
+        print("labkit build-labs: the lab headers and INSTRUCTORS.md now state the "
+              f"room's figures where at least {times.ROOM_MIN_LEARNERS} learners "
+              "finished a lab.")
+    return 0
+
+
 def _book(args) -> int:
     from coursetools import book
 
@@ -138,6 +159,15 @@ def add_verbs(verbs) -> None:
     measure.add_argument("--solutions", default="solutions")
     measure.add_argument("--quick", action="store_true", help="time quick mode too")
     measure.set_defaults(run=_measure_labs)
+    room = verbs.add_parser("room", help="a room's own times (INSTRUCTORS.md)")
+    room_verbs = room.add_subparsers(dest="action", required=True)
+    gather = room_verbs.add_parser("gather", help="gather the learners' progress files")
+    gather.add_argument("paths", nargs="+", help="files, or folders searched for "
+                        "labkit-progress*.jsonl (e.g. nbgrader's submitted/)")
+    gather.add_argument("--solutions", default="solutions")
+    gather.add_argument("--apply", action="store_true", help="store each lab's figure "
+                        "in its solution, then build-labs")
+    gather.set_defaults(run=_room)
     book = verbs.add_parser("book", help="build the course book (static HTML site)")
     book.add_argument("--out", default=None, help="output folder (default build/book/MODE)")
     book.set_defaults(run=_book)

@@ -42,13 +42,23 @@ _TIME_NOTE = (f"Keep {TIME_TOKEN}: labkit build-labs puts the Time sentence ther
               "computed from the English notebook.")
 # The Time sentence per language (times.time_sentence's parts, same numbers).
 _TIME_TEXT = {"zh_CN": {
-    "sentence": "**时间：** {total}：阅读 {reading} 分钟（英文原文 {words} 词，按每分钟 "
-                "{wpm} 词计），练习 {exercises} 分钟（各练习标题中的估计），{compute}。",
-    "total": "约 {n} 分钟", "total_plus": "约 {n} 分钟，另加计算时间",
+    "sentence": "**时间：** {total}：{parts}。{honesty}",
+    "join": "，",
+    "estimate": "约 {n} 分钟（估计）", "estimate_plus": "约 {n} 分钟，另加计算时间",
+    "reading": "阅读 {n} 分钟（英文原文 {words} 词，按每分钟 {wpm} 词计）",
+    "code": "读给定代码 {n} 分钟（{what}）", "code_join": "；",
+    "modules": "模块 {lines} 行，按每分钟 {rate} 行计",
+    "cells": "单元格中 {lines} 行，按每分钟 {rate} 行计",
+    "predict": "预测 {n} 分钟（{count} 个问题，每个 {each} 分钟）",
+    "exercises": "练习 {n} 分钟（各练习标题中的估计）",
     "measured": "计算 {n} 分钟（完整模式，{date} 在 {on} 上测得{shared}{quick}）",
     "shared": "，当时机器与其他任务共用，负载 {load:.0f}",
     "quick": "；快速模式 {q:.0f} 秒",
     "unmeasured": "计算时间尚未测量（`labkit measure-labs`）",
+    "honesty": "词数、行数和计算时间是测量的；速率和练习时间是估计。",
+    "room": "**时间：** 约 {n} 分钟，在一个课堂里测得：{learners} 位学员"
+            "从准备单元格到最后一个检查所用时间的中位数（{low}–{high} 分钟，"
+            "{date}）；模型原来的估计是 {estimate} 分钟。",
     "appendix": "附录另有约 {n} 分钟的阅读，供自学。"}}
 
 
@@ -168,28 +178,9 @@ def _save_merged(po, po_path: Path, entries: list, gone, new: int) -> dict:
 
 
 def time_sentence(nb, lang: str) -> str:
-    """Return the ``**Time:**`` sentence of an English notebook, in ``lang``."""
-    if lang not in _TIME_TEXT:
-        return times.time_sentence(nb)       # no wording for it yet: English
-    text = _TIME_TEXT[lang]
-    core, appendix = times.word_counts(nb)
-    parts = times.minutes(nb)
-    measured = nb.metadata.get("labkit", {}).get("measured")
-    if measured:
-        total = text["total"].format(n=parts["total"])
-        busy = times._shared(measured)   # "" when the machine was not shared
-        shared = text["shared"].format(load=measured["load"]) if busy else ""
-        quick = measured.get("quick_mode_s")
-        compute = text["measured"].format(
-            n=parts["compute"], on=measured["on"], date=measured["date"], shared=shared,
-            quick=text["quick"].format(q=quick) if quick is not None else "")
-    else:
-        total = text["total_plus"].format(n=parts["reading"] + parts["exercises"])
-        compute = text["unmeasured"]
-    sentence = text["sentence"].format(
-        total=total, reading=parts["reading"], words=f"{core:,}",
-        wpm=times.WORDS_PER_MINUTE, exercises=parts["exercises"], compute=compute)
-    return sentence + (text["appendix"].format(n=parts["appendix"]) if appendix else "")
+    """Return the header's Time sentence in ``lang``: the English one's numbers, in
+    that language's words (English where there are none yet)."""
+    return times.time_sentence(nb, _TIME_TEXT.get(lang, times.TEXT))
 
 
 def _entry_problem(entry, msgid: str) -> str | None:

@@ -1,133 +1,222 @@
-"""How long a lab takes, computed rather than guessed, and written into its header.
+"""How long a lab takes: a model whose every input is stated, written into its header.
 
 Taught in: nowhere (instructor tooling; INSTRUCTORS.md quotes the figures). A lab's
-time is three measured parts:
+time is the sum of six parts of its core path (everything before ``## Appendix``):
 
-- reading: the markdown words of its core path (everything before the
-  ``## Appendix`` heading) at 200 words per minute;
-- exercises: the sum of the estimates in its exercise headings, ``(≈ N min)``;
-- compute: the seconds the whole solution notebook takes in full mode, measured by
-  ``labkit measure-labs`` (it runs each notebook and stores the figure, the machine
-  and the date in ``metadata.labkit.measured``).
+- reading: its markdown words at ``WORDS_PER_MINUTE`` (dense technical prose read to
+  learn it, not skimmed);
+- given code: the lines the learner reads but does not write, counted in the learner's
+  notebook: ``%%writefile`` modules at ``MODULE_LINES_PER_MINUTE`` (programs read to
+  be understood), other code cells at ``CELL_LINES_PER_MINUTE`` (read to know what a
+  cell runs); exercise cells, their checks and the Predict guesses are not counted;
+- Predict: ``PREDICT_MINUTES`` per ``**Predict`` question (its words are in reading);
+- exercises: the estimates in the exercise headings, ``(≈ N min)``;
+- compute: the seconds the solution takes in full mode, measured by ``labkit
+  measure-labs`` (``coursetools.measure``) into ``metadata.labkit.measured``.
 
-``labkit build-labs`` rewrites the header's ``**Time:**`` sentence from these, so the
-stated time can never drift from the text; the appendix is counted apart, as
-self-study reading.
+The counts and the compute are measured; the rates and the exercise minutes are
+estimates, and the header says so. A room replaces them with its own figure: ``labkit
+room gather --apply`` (``coursetools.room``) stores the median time its learners took
+in ``metadata.labkit.room``, and the header and INSTRUCTORS.md then state that.
+``labkit build-labs`` rewrites each header's ``**Time:**`` sentence, so it never
+drifts from the lab.
 """
 
-import datetime
 import math
-import os
-import platform
 import re
-import tempfile
-import time
-from pathlib import Path
 
-import nbformat
+from coursetools.notebooks import exercises, make_lab, replace_block
 
-from coursetools.notebooks import replace_block
+__all__ = ["WORDS_PER_MINUTE", "MODULE_LINES_PER_MINUTE", "CELL_LINES_PER_MINUTE",
+           "PREDICT_MINUTES", "ROOM_MIN_LEARNERS", "APPENDIX", "word_counts",
+           "code_lines", "predict_count", "exercise_minutes", "minutes",
+           "time_sentence", "apply_header", "instructors_text"]
 
-__all__ = ["WORDS_PER_MINUTE", "APPENDIX", "TRACKS", "word_counts", "exercise_minutes",
-           "minutes", "time_sentence", "apply_header", "instructors_text", "measure",
-           "machine"]
-
-WORDS_PER_MINUTE = 200
+WORDS_PER_MINUTE = 140          # the middle of the 130-150 a reviewer measured here
+MODULE_LINES_PER_MINUTE = 8     # about the 500 lines/hour of reviewing code carefully
+CELL_LINES_PER_MINUTE = 30      # an estimate: most cells are a few calls, then output
+PREDICT_MINUTES = 1             # an estimate: think, then write the guess down
+ROOM_MIN_LEARNERS = 3           # fewer learners than this: keep the estimate
 APPENDIX = "## Appendix"
 _ESTIMATE = re.compile(r"^#+\s*Exercise\s+\d+\.\d+.*\(≈\s*(\d+)\s*min\)", re.MULTILINE)
 _TIME = re.compile(r"\*\*Time:\*\*.*?(?=\s*\*\*Hardware:\*\*)", re.DOTALL)
-# INSTRUCTORS.md's tracks: which labs each one teaches (core paths; self-study adds
-# every appendix). The prose about each track is in INSTRUCTORS.md itself.
-ALL_LABS = [f"{n:02d}" for n in range(10)]
-TRACKS = {"1-day workshop": ["00", "01", "02", "03", "05", "07"],
-          "2-day workshop": ALL_LABS, "5-day course": ALL_LABS, "self-study": ALL_LABS}
-WITH_APPENDIX = {"5-day course", "self-study"}
-LIVE_FACTOR = 1.3   # explanation, questions and breaks, when a lab is taught live
-_GPUS = {"1-day workshop": "none needed; 1 per learner shows NCCL",
-         "2-day workshop": "none needed; 2 per learner show DDP, pipelines and TP for real",
-         "5-day course": "none needed; 2 per learner recommended",
-         "self-study": "none needed"}
+_PREDICT = "**Predict"
+_GUESS = re.compile(r"^\s*my_guess\w*\s*=")
+
+# The Time sentence's wording; coursetools.i18n holds the other languages' (same keys).
+TEXT = {
+    "sentence": "**Time:** {total}: {parts}. {honesty}",
+    "join": ", ",
+    "estimate": "≈ {n} min, an estimate", "estimate_plus": "≈ {n} min plus compute",
+    "reading": "reading {n} min ({words} words at {wpm} words/min)",
+    "code": "given code {n} min ({what})", "code_join": ", ",
+    "modules": "{lines} lines of modules at {rate} lines/min",
+    "cells": "{lines} lines in cells at {rate} lines/min",
+    "predict": "Predict {n} min ({count} questions, {each} min each)",
+    "exercises": "exercises {n} min (the headings' estimates)",
+    "measured": "compute {n} min (full mode, measured on {on}{shared}, {date}{quick})",
+    "shared": " while shared with other work (load {load:.0f})",
+    "quick": "; quick mode {q:.0f} s",
+    "unmeasured": "compute not measured yet (`labkit measure-labs`)",
+    "honesty": "The counts and the compute are measured; the rates and the exercise "
+               "minutes are estimates.",
+    "room": "**Time:** ≈ {n} min, measured in a room: the median of {learners} "
+            "learners from the setup cell to the last check ({low}–{high} min, "
+            "{date}); the model's estimate was {estimate} min.",
+    "appendix": " The appendix adds about {n} min of reading for self-study.",
+}
 
 
-def _split(nb) -> tuple[list, list]:
-    """Return the markdown cells of the core path and of the appendix."""
-    core, appendix, inside = [], [], False
-    for cell in nb.cells:
-        if cell.cell_type != "markdown":
-            continue
-        inside = inside or cell.source.lstrip().startswith(APPENDIX)
-        (appendix if inside else core).append(cell)
-    return core, appendix
+def _core(nb) -> list:
+    """Return the cells of the core path (before the appendix heading)."""
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown" and cell.source.lstrip().startswith(APPENDIX):
+            return nb.cells[:index]
+    return list(nb.cells)
+
+
+def _markdown(cells) -> list:
+    return [cell for cell in cells if cell.cell_type == "markdown"]
 
 
 def _words(cells) -> int:
-    return sum(len(cell.source.split()) for cell in cells)
+    """Count the words of the markdown cells, the Time sentence itself left out."""
+    return sum(len(_TIME.sub("", cell.source).split()) for cell in _markdown(cells))
 
 
 def word_counts(nb) -> tuple[int, int]:
     """Return (core words, appendix words) of a notebook's markdown."""
-    core, appendix = _split(nb)
-    return _words(core), _words(appendix)
+    core = _core(nb)
+    return _words(core), _words(nb.cells[len(core):])
+
+
+def code_lines(nb) -> tuple[int, int]:
+    """Return the non-blank lines of given code in the core path of the learner's
+    notebook: (in ``%%writefile`` modules, in other cells)."""
+    skip = {i for ex in exercises(nb) for i in (ex["cell"], ex["check_cell"])}
+    lab = make_lab(nb)
+    modules = cells = 0
+    for index, cell in enumerate(_core(lab)):
+        if cell.cell_type != "code" or index in skip:
+            continue
+        lines = [line for line in cell.source.splitlines() if line.strip()]
+        code = [line for line in lines if not line.lstrip().startswith("#")]
+        if code and all(_GUESS.match(line) for line in code):
+            continue                                 # a Predict guess: counted there
+        if lines and lines[0].startswith("%%writefile"):
+            modules += len(lines) - 1
+        else:
+            cells += len(lines)
+    return modules, cells
+
+
+def predict_count(nb) -> int:
+    """Return the number of Predict questions of the core path."""
+    return sum(cell.source.count(_PREDICT) for cell in _markdown(_core(nb)))
 
 
 def exercise_minutes(nb) -> int:
     """Return the sum of the core path's exercise estimates, in minutes."""
-    core, _ = _split(nb)
-    return sum(int(m) for cell in core for m in _ESTIMATE.findall(cell.source))
+    return sum(int(m) for cell in _markdown(_core(nb)) for m in _ESTIMATE.findall(
+        cell.source))
 
 
-def _minutes(seconds: float) -> int:
-    return max(1, math.ceil(seconds / 60))
+def _up(amount: float) -> int:
+    return math.ceil(amount) if amount > 0 else 0
+
+
+def _nearest(amount: float) -> int:
+    return math.floor(amount + 0.5)   # half up: 22.5 min is 23, as a reader expects
+
+
+def room_figure(nb) -> dict | None:
+    """Return the room's measurement of this lab (``labkit room gather --apply``) when
+    enough learners finished it, else None."""
+    room = nb.metadata.get("labkit", {}).get("room")
+    return room if room and room.get("learners", 0) >= ROOM_MIN_LEARNERS else None
 
 
 def minutes(nb) -> dict:
-    """Return a lab's reading, exercises, compute (None: not measured), total and
-    appendix minutes."""
+    """Return a lab's parts in minutes (compute None: not measured), the model's
+    ``estimate``, the ``total`` (the room's median where it has one) and the
+    appendix's reading."""
     core, appendix = word_counts(nb)
+    modules, cells = code_lines(nb)
     measured = nb.metadata.get("labkit", {}).get("measured")
-    parts = {"reading": math.ceil(core / WORDS_PER_MINUTE),
+    parts = {"reading": _up(core / WORDS_PER_MINUTE),
+             "code": _up(modules / MODULE_LINES_PER_MINUTE
+                         + cells / CELL_LINES_PER_MINUTE),
+             "predict": predict_count(nb) * PREDICT_MINUTES,
              "exercises": exercise_minutes(nb),
-             "compute": _minutes(measured["full_mode_s"]) if measured else None,
-             "appendix": math.ceil(appendix / WORDS_PER_MINUTE)}
-    parts["total"] = parts["reading"] + parts["exercises"] + (parts["compute"] or 0)
+             "compute": max(1, _up(measured["full_mode_s"] / 60)) if measured else None,
+             "appendix": _up(appendix / WORDS_PER_MINUTE)}
+    parts["estimate"] = sum(parts[k] or 0 for k in ("reading", "code", "predict",
+                                                    "exercises", "compute"))
+    room = room_figure(nb)
+    parts["total"] = _nearest(room["minutes"]) if room else parts["estimate"]
     return parts
 
 
-def time_sentence(nb) -> str:
-    """Return the header's ``**Time:**`` sentence for a notebook."""
-    core, appendix = word_counts(nb)
-    reading = math.ceil(core / WORDS_PER_MINUTE)
-    exercises = exercise_minutes(nb)
-    measured = nb.metadata.get("labkit", {}).get("measured")
-    if measured:
-        compute = _minutes(measured["full_mode_s"])
-        total = f"≈ {reading + exercises + compute} min"
-        compute_part = (f"compute {compute} min (full mode, measured on "
-                        f"{measured['on']}{_shared(measured)}, {measured['date']}"
-                        + (f"; quick mode {measured['quick_mode_s']:.0f} s"
-                           if measured.get("quick_mode_s") is not None else "") + ")")
-    else:
-        total = f"≈ {reading + exercises} min plus compute"
-        compute_part = "compute not measured yet (`labkit measure-labs`)"
-    extra = math.ceil(appendix / WORDS_PER_MINUTE)
-    return (f"**Time:** {total}: reading {reading} min ({core:,} words at "
-            f"{WORDS_PER_MINUTE} words/min), exercises {exercises} min (their "
-            f"estimates), {compute_part}."
-            + (f" The appendix adds about {extra} min of reading for self-study."
-               if appendix else ""))
-
-
-def _shared(measured: dict) -> str:
-    """Say so when the machine was busy with other work during the measurement."""
+def _shared(measured: dict) -> bool:
+    """Tell whether the machine was busy with other work during the measurement."""
     load, cores = measured.get("load"), measured.get("cores")
-    if load is None or cores is None or load <= cores + 0.5:
-        return ""
-    return f" while shared with other work (load {load:.0f})"
+    return load is not None and cores is not None and load > cores + 0.5
+
+
+def _compute_part(measured: dict | None, m: dict, text: dict) -> str:
+    if not measured:
+        return text["unmeasured"]
+    quick = measured.get("quick_mode_s")
+    return text["measured"].format(
+        n=m["compute"], on=measured["on"], date=measured["date"],
+        shared=(text["shared"].format(load=measured["load"]) if _shared(measured)
+                else ""),
+        quick=text["quick"].format(q=quick) if quick is not None else "")
+
+
+def _model_parts(nb, m: dict, text: dict) -> list[str]:
+    core, _ = word_counts(nb)
+    modules, cells = code_lines(nb)
+    parts = [text["reading"].format(n=m["reading"], words=f"{core:,}",
+                                    wpm=WORDS_PER_MINUTE)]
+    what = ([text["modules"].format(lines=modules, rate=MODULE_LINES_PER_MINUTE)]
+            if modules else []) + ([text["cells"].format(
+                lines=cells, rate=CELL_LINES_PER_MINUTE)] if cells else [])
+    if what:
+        parts.append(text["code"].format(n=m["code"],
+                                         what=text["code_join"].join(what)))
+    if m["predict"]:
+        parts.append(text["predict"].format(n=m["predict"], count=predict_count(nb),
+                                            each=PREDICT_MINUTES))
+    parts.append(text["exercises"].format(n=m["exercises"]))
+    measured = nb.metadata.get("labkit", {}).get("measured")
+    return parts + [_compute_part(measured, m, text)]
+
+
+def time_sentence(nb, text: dict = TEXT) -> str:
+    """Return the header's ``**Time:**`` sentence for a notebook (``text``: the
+    wording, English unless coursetools.i18n passes another language's)."""
+    m = minutes(nb)
+    room = room_figure(nb)
+    if room:
+        low, high = room["range"]
+        sentence = text["room"].format(n=m["total"], learners=room["learners"],
+                                       low=_nearest(low), high=_nearest(high),
+                                       date=room["date"], estimate=m["estimate"])
+    else:
+        measured = nb.metadata.get("labkit", {}).get("measured")
+        total = (text["estimate"] if measured else text["estimate_plus"]).format(
+            n=m["estimate"])
+        sentence = text["sentence"].format(
+            total=total, parts=text["join"].join(_model_parts(nb, m, text)),
+            honesty=text["honesty"])
+    appendix = text["appendix"].format(n=m["appendix"]) if m["appendix"] else ""
+    return sentence + appendix
 
 
 def apply_header(nb) -> bool:
     """Rewrite the first cell's ``**Time:**`` sentence (up to ``**Hardware:**``);
-    return whether the notebook has one (every lab does: tests/test_course.py)."""
+    return whether the notebook has one (every lab does: tests/tooling/test_build)."""
     if not nb.cells or not _TIME.search(nb.cells[0].source):
         return False
     sentence = time_sentence(nb)
@@ -135,97 +224,37 @@ def apply_header(nb) -> bool:
     return True
 
 
+def _row(nb) -> str:
+    m = minutes(nb)
+    core, appendix = word_counts(nb)
+    modules, cells = code_lines(nb)
+    measured = nb.metadata.get("labkit", {}).get("measured") or {}
+    compute = (f"{m['compute']} ({measured['full_mode_s']:.0f} s"
+               + (f", {measured['quick_mode_s']:.0f} s quick"
+                  if measured.get("quick_mode_s") is not None else "")
+               + (f", load {measured['load']:.0f}" if _shared(measured) else "") + ")"
+               if measured else "not measured")
+    room = room_figure(nb)
+    in_room = (f"**{m['total']}** ({room['range'][0]:.0f}–{room['range'][1]:.0f}, "
+               f"{room['learners']} learners)" if room else "—")
+    title = nb.cells[0].source.splitlines()[0].lstrip("# ").strip()
+    return (f"| {title} | {m['reading']} ({core:,} w) | {m['code']} ({modules} + "
+            f"{cells} lines) | {m['predict']} ({predict_count(nb)}) | {m['exercises']} "
+            f"| {compute} | **{m['estimate']}** | {in_room} | {m['appendix']} "
+            f"({appendix:,} w) |")
+
+
 def instructors_text(text: str, notebooks: dict) -> str:
-    """Return INSTRUCTORS.md with its lab-times table and track totals filled in.
+    """Return INSTRUCTORS.md with its lab-times table filled in.
 
     ``notebooks`` maps each solution's file name to the notebook.
     """
-    rows, by_lab = [], {}
-    for name, nb in sorted(notebooks.items()):
-        m = minutes(nb)
-        by_lab[name[:2]] = m
-        core, appendix = word_counts(nb)
-        measured = nb.metadata.get("labkit", {}).get("measured") or {}
-        compute = (f"{m['compute']} ({measured['full_mode_s']:.0f} s full"
-                   + (f", {measured['quick_mode_s']:.0f} s quick"
-                      if measured.get("quick_mode_s") is not None else "")
-                   + f"{_shared(measured)})" if measured else "not measured")
-        title = nb.cells[0].source.splitlines()[0].lstrip("# ").strip()
-        rows.append(f"| {title} | {m['reading']} ({core:,} words) | {m['exercises']} | "
-                    f"{compute} | **{m['total']}** | {m['appendix']} ({appendix:,} words) |")
+    rows = [_row(nb) for _, nb in sorted(notebooks.items())]
     on = {nb.metadata.get("labkit", {}).get("measured", {}).get("on") for nb in
           notebooks.values()} - {None}
-    table = ("| lab | reading (min) | exercises (min) | compute (min) | total (min) | "
-             "appendix (min) |\n|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
+    table = ("| lab | reading (min) | given code (min: module + cell lines) | "
+             "Predict (min: questions) | exercises (min, estimates) | compute (min, "
+             "measured) | estimate (min) | your room (min) | appendix (min) |\n"
+             "|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
              + (f"\nCompute measured on {', '.join(sorted(on))}.\n" if on else ""))
-    tracks = ["| track | labs | learner time (min) | taught live (h) | GPUs |",
-              "|---|---|---|---|---|"]
-    for track, labs in TRACKS.items():
-        total = sum(by_lab[lab]["total"] + (by_lab[lab]["appendix"]
-                                             if track in WITH_APPENDIX else 0)
-                    for lab in labs if lab in by_lab)
-        what = ", ".join(labs) + (" with appendices" if track in WITH_APPENDIX else "")
-        live = "—" if track == "self-study" else f"{total * LIVE_FACTOR / 60:.1f}"
-        tracks.append(f"| {track} | {what} | {total} | {live} | {_GPUS[track]} |")
-    text = replace_block(text, "lab-times", table, "INSTRUCTORS.md")
-    return replace_block(text, "tracks", "\n".join(tracks) + "\n", "INSTRUCTORS.md")
-
-
-def machine() -> dict:
-    """Describe this machine as a measurement records it: where (cores or GPUs), the
-    CPU model and the torch version."""
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        names = [line.split(":", 1)[1].strip() for line in
-                 Path("/proc/cpuinfo").read_text().splitlines()
-                 if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    gpus = torch.cuda.device_count()
-    where = (f"{gpus} × {torch.cuda.get_device_name(0)}" if gpus
-             else f"{cores} CPU cores")
-    return {"on": where, "cpu": cpu, "cores": cores,
-            "torch": torch.__version__.split("+")[0]}
-
-
-def _run_seconds(path: Path, quick: bool, timeout: float) -> float:
-    from nbclient import NotebookClient
-
-    nb = nbformat.read(path, as_version=4)
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
-    saved = os.environ.get("LABKIT_QUICK")
-    os.environ["LABKIT_QUICK"] = "1" if quick else "0"
-    try:
-        with tempfile.TemporaryDirectory(prefix="labkit-measure-") as folder:
-            start = time.perf_counter()
-            NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                           resources={"metadata": {"path": folder}}).execute()
-            return time.perf_counter() - start
-    finally:
-        if saved is None:
-            os.environ.pop("LABKIT_QUICK", None)
-        else:
-            os.environ["LABKIT_QUICK"] = saved
-
-
-def measure(path, timeout: float = 3600, quick: bool = False) -> dict:
-    """Run a solution notebook in full mode (and in quick mode when asked); store and
-    return the seconds, with the machine and its mean load while it ran (a busy
-    machine is said to be busy in the header)."""
-    path = Path(path)
-    before = os.getloadavg()[0]
-    full = _run_seconds(path, quick=False, timeout=timeout)
-    load = (before + os.getloadavg()[0]) / 2
-    quick_s = round(_run_seconds(path, quick=True, timeout=timeout), 1) if quick else None
-    measured = {"full_mode_s": round(full, 1), "quick_mode_s": quick_s,
-                "load": round(load, 1), **machine(),
-                "date": datetime.date.today().isoformat()}
-    nb = nbformat.read(path, as_version=4)
-    nb.metadata.setdefault("labkit", {})["measured"] = measured
-    nbformat.write(nb, path)
-    return measured
+    return replace_block(text, "lab-times", table, "INSTRUCTORS.md")
