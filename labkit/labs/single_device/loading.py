@@ -125,19 +125,28 @@ class Comparison:
                  "DataLoader, {why}.").format(median=ratios.median, why=why)
 
     def _elsewhere(self, device) -> str:
+        """Where the time went here, and (on a CPU) what a GPU would change."""
+        low, _high = self.theory
         if self.loader < self.train:
-            return _("Here the model trains faster than one worker decodes: loading "
-                     "is this device's bottleneck, and keeping the data on the device "
-                     "removes it.")
+            here = _("Here the model trains faster than one worker decodes, so it "
+                     "waits for the worker: loading is this device's bottleneck, and "
+                     "keeping the data on the device removes it.")
+        elif self.ratios.low > 1.0 and self.ratios.median > 1.1 * low:
+            here = _("One worker decodes faster than the model trains, so the model "
+                     "never waits for a batch; what the fast path saved here is the CPU "
+                     "time the worker's decoding took from the model's cores (none was "
+                     "free). With a core to spare the gain shrinks towards "
+                     "{low:.1f}x.").format(low=low)
+        else:
+            here = _("One worker decodes faster than the model trains, and it had a "
+                     "core to spare: loading cost this device next to nothing.")
         if getattr(device, "type", device) == "cuda":
-            return _("The worker kept up with this GPU: loading is not the bottleneck "
-                     "here.")
-        return _("Here one worker decodes faster than these CPU cores train, so "
-                 "loading is not the bottleneck. A GPU trains a model this small far "
-                 "faster than two CPU cores while the worker decodes no faster: there "
-                 "the GPU would wait for the DataLoader, and the fast path's gain "
-                 "approaches the GPU's training speed divided by {loader:,.0f} "
-                 "images/s.").format(loader=self.loader)
+            return here
+        return here + " " + _(
+            "A GPU trains a model this small far faster than two CPU cores while the "
+            "worker decodes no faster: there the GPU would wait for the DataLoader, and "
+            "the fast path's gain approaches the GPU's training speed divided by "
+            "{loader:,.0f} images/s.").format(loader=self.loader)
 
 
 def compare(classic, fast, loader: float) -> Comparison:
