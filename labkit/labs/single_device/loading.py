@@ -117,8 +117,9 @@ class Comparison:
                     "unevenly, or the model's threads waited less for the worker "
                     "than the theory assumes")
         elif ratios.median > 1.25 * high:
-            why = _("above the theory's range: the DataLoader's worker and the model "
-                    "competed for the cores more than the theory counts")
+            why = _("above the theory's range, which counts the decoding alone: "
+                    "handing each batch from the worker to this process costs time "
+                    "too, and the machine's load changed between the measurements")
         else:
             why = _("within the theory's range")
         return _("Verdict: the fast path trained {median:.1f}x as fast as the "
