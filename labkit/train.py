@@ -22,6 +22,9 @@ __all__ = ["train_step", "evaluate", "History", "fit", "LivePlot", "synchronize"
 
 THREADS_ENV = "LABKIT_THREADS"
 _TORCH_THREADS = torch.get_num_threads()   # torch's own choice, before anyone changes it
+# The live plot redraws at most this often: on a busy machine one redraw takes a second
+# or more of wall time (it is not counted as training, but the learner waits for it).
+DRAW_EVERY_S = 10.0
 
 
 def train_step(model, images, labels, optimizer, autocast: bool = False) -> float:
@@ -134,6 +137,7 @@ def fit(
     """
     device = hardware.as_device(device)
     history, live = History(), LivePlot() if plot else None
+    drawn = float("-inf")   # when the live plot was last drawn
     model.train()
     for epoch in range(epochs):
         synchronize(device)
@@ -150,8 +154,9 @@ def fit(
             history.images += len(labels)
             if scheduler is not None:
                 scheduler.step()
-            if live and step % 50 == 0:
+            if live and time.perf_counter() - drawn >= DRAW_EVERY_S:
                 drawing += _timed(live.update, history)   # the plot is not training
+                drawn = time.perf_counter()
         bar.close()
         synchronize(device)
         history.seconds += time.perf_counter() - start - drawing

@@ -90,6 +90,32 @@ def test_images_per_second_leave_out_the_live_plot(monkeypatch):
     assert history.seconds == 0.0           # none of it counted as training
 
 
+def test_the_live_plot_redraws_at_most_every_few_seconds(monkeypatch):
+    """On a busy machine a redraw costs seconds: does fit redraw during an epoch no
+    more often than DRAW_EVERY_S of wall time (a fake clock: 4 s per step)?"""
+    import types
+
+    clock, drawn_at = [0.0], []
+
+    class CountingPlot:
+        def update(self, history):
+            drawn_at.append(clock[0])
+
+    def four_second_step(*args):
+        clock[0] += 4.0
+        return 0.0
+
+    monkeypatch.setattr(train, "LivePlot", CountingPlot)
+    monkeypatch.setattr(train, "train_step", four_second_step)
+    monkeypatch.setattr(train, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    source = _toy_data(64)
+    train.fit(models.small_cnn(), lambda epoch: source.batches(4), lambda: [],
+              epochs=1, optimizer=None, plot=True)
+    during = drawn_at[:-1]                  # the last one closes the epoch
+    assert len(during) >= 2 and during[0] == 4.0
+    assert all(b - a >= train.DRAW_EVERY_S for a, b in zip(during, during[1:]))
+
+
 @pytest.fixture
 def restore_threads(monkeypatch):
     """Give the test a clean environment and put torch's thread count back after it."""
