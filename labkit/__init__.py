@@ -14,9 +14,9 @@ docstring where it is taught:
   split over ranks), ``p2p`` (send/recv under a deadline), ``timeline`` (what each
   rank did, drawn): labs 04-05; ``memory_probe`` (bytes held, measured: lab 07);
 - the labs' shared machinery: ``checks`` (what every exercise check shares),
-  ``predict`` (the Predict cells' ``reveal``), ``progress`` (a room's own times, when
-  it records them), ``explorers`` (the widgets' static fallback), ``bench`` (the
-  benchmarks' paired ratios);
+  ``predict`` (the Predict cells' ``reveal`` and ``guesses``), ``progress`` (a room's
+  own times, when it records them), ``explorers`` (the widgets' static fallback),
+  ``bench`` (the benchmarks' paired ratios);
 - ``labs``: one room per lab, holding what belongs to that lab alone (its reference
   machinery, checks, benchmarks): ``from labkit.labs.ddp import checks``.
 
@@ -31,6 +31,6 @@ Import the modules you need (``from labkit import data, train``); importing
 __version__ = "0.1.0"
 
 from labkit.mode import begin, is_quick, pick
-from labkit.predict import reveal
+from labkit.predict import guesses, reveal
 
-__all__ = ["begin", "is_quick", "pick", "reveal", "__version__"]
+__all__ = ["begin", "is_quick", "pick", "reveal", "guesses", "__version__"]

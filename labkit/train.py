@@ -17,7 +17,14 @@ from tqdm.std import tqdm as _text_tqdm
 from labkit import hardware
 from labkit.messages import _
 
-__all__ = ["train_step", "evaluate", "History", "fit", "LivePlot", "synchronize"]
+__all__ = ["train_step", "evaluate", "History", "fit", "LivePlot", "synchronize",
+           "use_free_cores"]
+
+THREADS_ENV = "LABKIT_THREADS"
+_TORCH_THREADS = torch.get_num_threads()   # torch's own choice, before anyone changes it
+# The live plot redraws at most this often: on a busy machine one redraw takes a second
+# or more of wall time (it is not counted as training, but the learner waits for it).
+DRAW_EVERY_S = 10.0
 
 
 def train_step(model, images, labels, optimizer, autocast: bool = False) -> float:
@@ -46,6 +53,52 @@ def synchronize(device) -> None:
     """Wait for queued GPU work, so wall-clock timings are honest; no-op on CPU."""
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def _load(cores: int) -> float:
+    """Runnable processes competing for this process's ``cores`` (1-minute average).
+
+    The machine's load, scaled to the share of its CPUs this process may use (a
+    container's quota, taskset); 0 where the platform has no load average.
+    """
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return 0.0
+    return load * cores / max(cores, os.cpu_count() or cores)
+
+
+def use_free_cores() -> None:
+    """Give torch's CPU threads the cores that are free now (at least one); say why.
+
+    torch splits each CPU operation over its intra-op threads (one per core by
+    default), and the operation ends when the last thread does. On a machine shared
+    with other work a thread that waits for its core holds every other thread up, so
+    more threads than free cores make each step slower, not faster. ``LABKIT_THREADS``
+    (or ``OMP_NUM_THREADS``, which torch reads itself) chooses instead. Never more
+    than torch's own default; it returns nothing, so a cell prints only its line.
+    """
+    cores = hardware.cpu_count()
+    if os.environ.get(THREADS_ENV, "").strip():
+        threads, why = _threads_from_env(), _("set by {env}").format(env=THREADS_ENV)
+    elif os.environ.get("OMP_NUM_THREADS", "").strip():
+        threads, why = torch.get_num_threads(), _("set by OMP_NUM_THREADS")
+    else:
+        load = _load(cores)
+        threads = max(1, min(_TORCH_THREADS, round(cores - load)))
+        why = _("load {load:.1f}: the cores that are free now; "
+                "{env}=N chooses").format(load=load, env=THREADS_ENV)
+    torch.set_num_threads(threads)
+    print(_("CPU threads for this kernel: {threads} of {cores} core(s) ({why}).").format(
+        threads=threads, cores=cores, why=why))
+
+
+def _threads_from_env() -> int:
+    text = os.environ[THREADS_ENV].strip()
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(_("{env} must be a whole number of threads, at least 1; got "
+                           "{text!r}.").format(env=THREADS_ENV, text=text))
+    return int(text)
 
 
 @dataclass
@@ -84,6 +137,7 @@ def fit(
     """
     device = hardware.as_device(device)
     history, live = History(), LivePlot() if plot else None
+    drawn = float("-inf")   # when the live plot was last drawn
     model.train()
     for epoch in range(epochs):
         synchronize(device)
@@ -100,8 +154,9 @@ def fit(
             history.images += len(labels)
             if scheduler is not None:
                 scheduler.step()
-            if live and step % 50 == 0:
+            if live and time.perf_counter() - drawn >= DRAW_EVERY_S:
                 drawing += _timed(live.update, history)   # the plot is not training
+                drawn = time.perf_counter()
         bar.close()
         synchronize(device)
         history.seconds += time.perf_counter() - start - drawing

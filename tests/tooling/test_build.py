@@ -183,16 +183,6 @@ def test_every_lab_states_its_measured_time(path):
         f"{path.name}: its compute time was never measured: run `labkit measure-labs`")
 
 
-def test_reveal_prints_guess_theory_and_measurement(capsys):
-    """Does a Predict cell's guess print next to the theory and the measurement, and
-    an unrecorded guess say so instead of counting as wrong?"""
-    import labkit
-
-    assert labkit.reveal(1.5, 1.71, theory=2.0, what="2 ranks vs 1", unit="x") is None
-    assert capsys.readouterr().out == (
-        "2 ranks vs 1: your guess 1.5x  |  theory 2x  |  measured 1.71x\n")
-    labkit.reveal(..., 0.0123, what="all-reduce", unit="s")
-    assert "not recorded" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("path", sorted(ROOT.glob("solutions/*.ipynb")), ids=lambda p: p.name)

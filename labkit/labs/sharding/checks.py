@@ -378,13 +378,30 @@ def fsdp_worker(path="fsdp_worker.py", world_size: int = 2) -> None:
 # ---------------------------------------------------------------- exercise 7.4
 
 
+def _forward(name: str, fn, model, images):
+    """Run the learner's forward; a shape error names the classic cause (no flatten)."""
+    try:
+        return attempt(name, fn, model, images)
+    except RuntimeError as err:
+        if "cannot be multiplied" in str(err):
+            hint = _("`model.embed` is nn.Linear(784, {width}) and the images are "
+                     "(B, 1, 28, 28): give it images.flatten(1), shape (B, 784), as "
+                     "BlockMLP.forward does.").format(width=model.embed.out_features)
+        else:
+            hint = _("Run embed (on images.flatten(1)), each block, then head, as "
+                     "model(images) does.")
+        raise ExerciseFailed(_("{name}: your forward raised RuntimeError: {error}. "
+                               "{hint}").format(name=name, error=err, hint=hint)
+                             ) from None
+
+
 def checkpointed_forward(fn) -> None:
     """Check ``fn(model, images) -> logits``: same logits and gradients, less memory."""
     name = "forward_checkpointed"
     torch.manual_seed(0)
     model = sharded.block_mlp(width=64, depth=8)
     images, labels = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
-    logits = attempt(name, fn, model, images)
+    logits = _forward(name, fn, model, images)
     if not torch.is_tensor(logits) or logits.shape != (64, 10):
         raise ExerciseFailed(_("{name}: return the logits, shape (64, 10), got "
                                "{got!r}.").format(name=name,
@@ -394,7 +411,7 @@ def checkpointed_forward(fn) -> None:
     F.cross_entropy(model(images), labels).backward()
     plain = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad(set_to_none=True)
-    F.cross_entropy(fn(model, images), labels).backward()
+    F.cross_entropy(_forward(name, fn, model, images), labels).backward()
     for n, p in model.named_parameters():
         if p.grad is None:
             raise ExerciseFailed(_(

@@ -21,9 +21,10 @@ STAGES = {0: N_("DDP: nothing sharded"), 1: N_("ZeRO-1: optimizer states sharded
           2: N_("ZeRO-2: + gradients sharded"),
           3: N_("ZeRO-3 / FSDP: + parameters sharded")}
 
-# What torch.cuda.get_device_properties(0).total_memory reports on the H200 the course
-# borrows (about 139 GiB); NVIDIA's data sheet says "141 GB". Leave 10-20 % of it for
-# the CUDA context, NCCL buffers and fragmentation.
+# What torch.cuda.get_device_properties(0).total_memory reports on an H200 (about
+# 139 GiB; nvidia-smi shows about 140 GiB; not measured in this course yet); NVIDIA's
+# data sheet says "141 GB". Leave 10-20 % of it for the CUDA context, NCCL buffers and
+# fragmentation.
 H200_TORCH_GIB = 139.0
 
 # (parameters, layers, hidden size, attention heads) of well-known transformers.

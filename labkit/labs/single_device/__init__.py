@@ -5,6 +5,7 @@ which imports ``from labkit.labs.single_device import checks``. What is here bel
 this lab alone; what several labs share is in ``labkit`` itself.
 
 - ``checks``: the exercises' checks (device choice, transform, mini-batches, the training step).
+- ``loading``: section 4's verdict: the fast path vs the DataLoader, next to the theory.
 - ``bench_data_loading``: ``labkit bench data``: the device-resident fast path vs the DataLoader.
 - ``reference.json``: the solved exercises, for ``checks.use_reference(...)``
   (written by ``labkit build-labs``; a graded course leaves it out).

@@ -6,46 +6,25 @@ ratio per pair. Last line: ``fast path vs DataLoader: <median>x (<min>–<max>x 
 <n> pairs)``.
 """
 
-import time
-
 import torch
 
 from labkit import data
 from labkit.bench import Ratios, alternate
+from labkit.labs.single_device.loading import batches_per_second, endless
 
 __all__ = ["data_loading"]
-
-
-def _endless(make):
-    """Yield batches forever from ``make()`` (a DataLoader or a fast-path pass)."""
-    while True:
-        yield from make()
-
-
-def _batches_per_second(batches, seconds: float) -> float:
-    """Take batches from a started iterator for ``seconds``; return batches/s."""
-    start = time.perf_counter()
-    count = 0
-    while True:
-        images, _labels = next(batches)
-        count += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= seconds:
-            break
-    images.sum().item()  # make sure the last batch really exists
-    return count / (time.perf_counter() - start)
 
 
 def _measure(seconds: float, pairs: int) -> tuple[list, list]:
     """Return batches/s of the DataLoader and of the fast path, one per turn each."""
     loader = data.dataloader(train=True, batch_size=64, num_workers=1)
     fast_data = data.DeviceData.mnist(train=True)
-    slow = _endless(lambda: loader)        # persistent worker: started once
-    fast = _endless(lambda: fast_data.batches(64))
+    slow = endless(lambda: loader)         # persistent worker: started once
+    fast = endless(lambda: fast_data.batches(64))
     for _ in range(10):                    # worker start-up is not throughput
         next(slow), next(fast)
-    return alternate(lambda: _batches_per_second(slow, seconds),
-                     lambda: _batches_per_second(fast, seconds), pairs)
+    return alternate(lambda: batches_per_second(slow, seconds),
+                     lambda: batches_per_second(fast, seconds), pairs)
 
 
 def data_loading(seconds: float = 1.5, pairs: int = 7) -> float:

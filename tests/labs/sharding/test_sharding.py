@@ -396,12 +396,21 @@ def _reentrant_embed(model, images):
     return model.head(x)
 
 
+def _no_flatten(model, images):
+    x = model.embed(images)                      # (B, 1, 28, 28) into Linear(784, d)
+    for block in model.blocks:
+        x = checkpoint(block, x, use_reentrant=False)
+    return model.head(x)
+
+
 @pytest.mark.filterwarnings("ignore:None of the inputs have requires_grad")
 @pytest.mark.parametrize("fn, hint", [(_plain, "like without checkpointing"),
                                       (_one_segment, "one segment"),
-                                      (_reentrant_embed, "got no gradient")])
+                                      (_reentrant_embed, "got no gradient"),
+                                      (_no_flatten, r"images\.flatten\(1\)")])
 def test_checkpoint_mistakes_get_their_hint(fn, hint):
-    """No checkpointing, one segment for all blocks, reentrant on the embed: named?"""
+    """No checkpointing, one segment for all blocks, reentrant on the embed, images
+    not flattened for the embed: each named?"""
     with pytest.raises(ExerciseFailed, match=hint):
         checks.checkpointed_forward(fn)
 
