@@ -14,6 +14,10 @@ The references are the solved cells of ``solutions/``, copied into each lab's ro
 (``labkit/labs/<room>/reference.json``) by ``labkit build-labs`` (and checked for
 drift by ``labkit build-labs --check``), so the course image ships them without
 shipping the solution notebooks. Going back is re-running your own cell.
+
+A graded course's image is built with its references *locked* (``lock``: each room
+keeps its exercise index, without the solved code): there ``use_reference`` says that
+no reference is available, and ``reference_line`` offers none.
 """
 
 import functools
@@ -25,7 +29,8 @@ from pathlib import Path
 
 from labkit.messages import _
 
-__all__ = ["use_reference", "reference_line", "exercise_for"]
+__all__ = ["use_reference", "reference_line", "exercise_for", "check_frame",
+           "available", "put_reference", "lock", "NoReference"]
 
 _ROOMS = Path(__file__).resolve().parents[1] / "labs"   # labkit/labs/<room>/
 _CHECKS_MODULE = re.compile(r"^labkit\.labs\.(\w+)\.checks$")
@@ -53,23 +58,47 @@ def exercise_for(key: str | None = None, check: tuple[str, str] | None = None):
     return None
 
 
-def _calling_check() -> tuple[str, str] | None:
-    """Find the check the notebook called: the outermost frame in a room's checks
-    module (``labkit.labs.<room>.checks``); return (room, function)."""
+class NoReference(LookupError):
+    """A graded course: labkit's reference solutions are locked away."""
+
+
+def check_frame():
+    """Return the frame of the check the notebook called (the outermost frame in a
+    room's checks module, ``labkit.labs.<room>.checks``), or None."""
     frame, found = sys._getframe(1), None
     while frame is not None:
-        match = _CHECKS_MODULE.match(frame.f_globals.get("__name__", ""))
-        if match:
-            found = (match.group(1), frame.f_code.co_name)
+        if _CHECKS_MODULE.match(frame.f_globals.get("__name__", "")):
+            found = frame
         frame = frame.f_back
     return found
 
 
-def reference_line() -> str | None:
-    """The line that takes the reference for the check now running, or None."""
+def _calling_check() -> tuple[str, str] | None:
+    """Return (room, function) of the check now running, or None."""
+    frame = check_frame()
+    if frame is None:
+        return None
+    room = _CHECKS_MODULE.match(frame.f_globals["__name__"]).group(1)
+    return room, frame.f_code.co_name
+
+
+def running_exercise() -> dict | None:
+    """Return the exercise record of the check now running, or None."""
     check = _calling_check()
-    ex = exercise_for(check=check) if check else None
-    return f'`checks.use_reference("{ex["key"]}")`' if ex else None
+    return exercise_for(check=check) if check else None
+
+
+def available(ex: dict | None = None) -> bool:
+    """Whether labkit's reference solution of ``ex`` (of any exercise: None) is here."""
+    exercises = [ex] if ex is not None else _all_exercises()
+    return any("source" in e for e in exercises)
+
+
+def reference_line() -> str | None:
+    """The line that takes the reference for the check now running, or None (no
+    check, or a graded course)."""
+    ex = running_exercise()
+    return f'`checks.use_reference("{ex["key"]}")`' if ex and available(ex) else None
 
 
 def use_reference(key: str) -> None:
@@ -78,13 +107,33 @@ def use_reference(key: str) -> None:
     ``key`` is the file a program exercise writes (``"ddp_worker.py"``) or the name an
     exercise cell defines (``"shard_indices"``), as the "not done yet" message says.
     """
+    ex = known_exercise(key)
+    back = put_reference(ex, sys._getframe(1).f_globals)   # the notebook's namespace
+    lab = ex["notebook"].removesuffix(".ipynb")
+    print(_("⚠️  {title} ({lab}): now running labkit's REFERENCE solution for `{key}`, "
+            "not your code. The rest of the lab uses it. To go back to your own, {back}"
+            ).format(title=ex["title"] or key, lab=lab, key=key, back=back))
+
+
+def known_exercise(key: str) -> dict:
+    """Return the exercise record of ``key``; a KeyError lists the known ones."""
     ex = exercise_for(key=key)
     if ex is None:
         known = ", ".join(repr(e["key"]) for e in _all_exercises())
         raise KeyError(_("labkit has no reference named {key!r}. Known: {known}.")
                        .format(key=key, known=known))
-    lab = ex["notebook"].removesuffix(".ipynb")
-    title = ex["title"] or key
+    return ex
+
+
+def put_reference(ex: dict, namespace: dict) -> str:
+    """Put the reference of ``ex`` in place (its file, or its names in ``namespace``);
+    return how to go back to your own."""
+    key = ex["key"]
+    if not available(ex):
+        raise NoReference(_(
+            "{title}: this is a graded course, so labkit's reference solutions are not "
+            "available here: the exercise is yours to solve.").format(
+                title=ex["title"] or key))
     if ex["kind"] == "file":
         target = Path(ex["file"])
         kept = ""
@@ -95,12 +144,26 @@ def use_reference(key: str) -> None:
         target.write_text(ex["source"])
         sys.modules.pop(target.stem, None)   # the next import reads the reference
         importlib.invalidate_caches()
-        back = _("re-run your `%%writefile {file}` cell.{kept}").format(
+        return _("re-run your `%%writefile {file}` cell.{kept}").format(
             file=ex["file"], kept=kept)
-    else:
-        namespace = sys._getframe(1).f_globals   # the notebook's, when called from it
-        exec(compile(ex["source"], f"<labkit reference: {key}>", "exec"), namespace)
-        back = _("re-run your own exercise cell.")
-    print(_("⚠️  {title} ({lab}): now running labkit's REFERENCE solution for `{key}`, "
-            "not your code. The rest of the lab uses it. To go back to your own, {back}")
-          .format(title=title, lab=lab, key=key, back=back))
+    exec(compile(ex["source"], reference_filename(key), "exec"), namespace)
+    return _("re-run your own exercise cell.")
+
+
+def reference_filename(key: str) -> str:
+    """The file name the reference code of a cell exercise is compiled under."""
+    return f"<labkit reference: {key}>"
+
+
+def lock(rooms: Path = _ROOMS) -> list[Path]:
+    """Drop the solved code from every room's reference store under ``rooms``, for a
+    graded course's image; keep the exercise index. Return the files locked."""
+    locked = []
+    for path in sorted(Path(rooms).glob("*/reference.json")):
+        store = json.loads(path.read_text())
+        for ex in store["exercises"]:
+            ex.pop("source", None)
+        path.write_text(json.dumps(store, indent=1, ensure_ascii=False) + "\n")
+        locked.append(path)
+    _stores.cache_clear()
+    return locked
