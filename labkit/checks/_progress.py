@@ -3,9 +3,10 @@
 Taught in: every lab (what ``checks.solved(...)`` reads; lab 00 introduces it). A
 check that passes records its exercise (by the reference key) with what it judged: for
 a program exercise the text of the file, for a cell exercise the function object.
-"On the reference" means that what passed is labkit's reference (the file holds the
-reference's text, or the function was compiled from it by ``use_reference``). A check
-that fails removes the record, so the record is always the last verdict.
+"On the reference" means that what passed is labkit's reference as ``use_reference``
+or ``solved`` put it in place in this kernel (the file still holds what they wrote, or
+the function was compiled from the reference). A check that fails removes the record,
+so the record is always the last verdict.
 
 ``standing(ex, namespace)`` then says whether the exercise *as it is now* passed: a
 file edited or a function redefined since its check passed has not. Nothing is
@@ -15,7 +16,6 @@ written to disk: a new kernel starts with no record (run the check cells again).
 in the grader's environment) gives no points to a check passed on the reference.
 """
 
-import hashlib
 import os
 from pathlib import Path
 
@@ -30,11 +30,6 @@ _PASSED: dict[str, dict] = {}   # reference key -> {"by": YOURS|REFERENCE, "code
 def graded() -> bool:
     """Whether this is a graded run: $LABKIT_GRADED set to anything but 0/empty."""
     return os.environ.get("LABKIT_GRADED", "").strip().lower() not in ("", "0", "false")
-
-
-def _digest(path) -> str | None:
-    path = Path(path)
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
 
 def _judged(frame):
@@ -53,14 +48,9 @@ def record_pass() -> str | None:
         return None
     judged = _judged(frame)
     if ex["kind"] == "file":
-        path = Path(judged if isinstance(judged, (str, os.PathLike)) else ex["file"])
-        on_reference = path.is_file() and path.read_text() == ex.get("source")
-        code = _digest(path)
-    else:
-        filename = getattr(getattr(judged, "__code__", None), "co_filename", "")
-        on_reference = filename == _reference.reference_filename(ex["key"])
-        code = judged
-    by = REFERENCE if on_reference else YOURS
+        judged = Path(judged if isinstance(judged, (str, os.PathLike)) else ex["file"])
+    by = REFERENCE if _reference.is_reference(ex, judged) else YOURS
+    code = _reference.digest(judged) if ex["kind"] == "file" else judged
     _PASSED[ex["key"]] = {"by": by, "code": code}
     return by
 
@@ -79,6 +69,6 @@ def standing(ex: dict, namespace: dict) -> str | None:
     if record is None:
         return None
     if ex["kind"] == "file":
-        now = _digest(ex["file"])
+        now = _reference.digest(ex["file"])
         return record["by"] if now is not None and now == record["code"] else None
     return record["by"] if namespace.get(ex["key"]) is record["code"] else None

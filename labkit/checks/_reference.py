@@ -21,6 +21,7 @@ no reference is available, and ``reference_line`` offers none.
 """
 
 import functools
+import hashlib
 import importlib
 import json
 import re
@@ -30,10 +31,11 @@ from pathlib import Path
 from labkit.messages import _
 
 __all__ = ["use_reference", "reference_line", "exercise_for", "check_frame",
-           "available", "put_reference", "lock", "NoReference"]
+           "available", "put_reference", "is_reference", "lock", "NoReference"]
 
 _ROOMS = Path(__file__).resolve().parents[1] / "labs"   # labkit/labs/<room>/
 _CHECKS_MODULE = re.compile(r"^labkit\.labs\.(\w+)\.checks$")
+_PUT: dict[str, str] = {}   # file exercise key -> digest of the reference put in place
 
 
 @functools.cache
@@ -142,12 +144,28 @@ def put_reference(ex: dict, namespace: dict) -> str:
             mine.write_text(target.read_text())
             kept = _(" Your version is kept as {mine}.").format(mine=mine)
         target.write_text(ex["source"])
+        _PUT[key] = digest(target)
         sys.modules.pop(target.stem, None)   # the next import reads the reference
         importlib.invalidate_caches()
         return _("re-run your `%%writefile {file}` cell.{kept}").format(
             file=ex["file"], kept=kept)
     exec(compile(ex["source"], reference_filename(key), "exec"), namespace)
     return _("re-run your own exercise cell.")
+
+
+def digest(path) -> str | None:
+    """The SHA-256 of the file at ``path``, or None if there is none."""
+    path = Path(path)
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def is_reference(ex: dict, code) -> bool:
+    """Whether ``code`` (a module's path, or a function) is labkit's reference of
+    ``ex`` as this kernel put it in place, not the learner's."""
+    if ex["kind"] == "file":
+        return ex["key"] in _PUT and digest(code) == _PUT[ex["key"]]
+    filename = getattr(getattr(code, "__code__", None), "co_filename", "")
+    return filename == reference_filename(ex["key"])
 
 
 def reference_filename(key: str) -> str:
