@@ -1,7 +1,7 @@
 """A way past every exercise: labkit's reference solution in place of the learner's.
 
-Taught in: every lab (the last line of each "not done yet" message). A stuck learner,
-or an instructor demoing a lab, runs one line, e.g.
+Taught in: lab 00 ("How the exercises work"), then every lab (the last line of every
+failing check). A stuck learner, or an instructor demoing a lab, runs one line, e.g.
 ``checks.use_reference("ddp_worker.py")``, and the rest of the lab runs on the
 reference:
 

@@ -33,11 +33,11 @@ def solved(key: str):
 
 
 def prerequisite(path):
-    """For a check: the module at ``path`` that this exercise builds on, as
-    ``solved`` gives it when ``path`` is an earlier exercise's file here; else that
-    module as it is."""
+    """For a check: the module at ``path`` that this exercise builds on. When it is an
+    earlier exercise's file here whose check ran in this kernel, as ``solved`` gives it
+    (a failed one is replaced by the reference); else the module as it is."""
     ex = _reference.exercise_for(key=Path(path).name)
-    if ex is None or ex["kind"] != "file" or (
+    if ex is None or ex["kind"] != "file" or not _progress.checked(ex) or (
             Path(path).resolve() != Path(ex["file"]).resolve()):
         return load_program(path)
     return _solved(ex, {})

@@ -195,3 +195,25 @@ def test_the_graded_image_locks_the_references_before_installing(tmp_path):
         assert exercises and all("key" in e and "source" not in e for e in exercises)
     assert "source" in json.loads((ROOT / "labkit" / "labs" / "ddp" /
                                    "reference.json").read_text())["exercises"][0]
+
+
+def test_a_check_takes_an_earlier_exercise_as_its_check_left_it(notebook, tmp_path,
+                                                                monkeypatch, capsys):
+    """prerequisite (2.2's check loading 2.1's parallel_apply): as it is while 2.1's
+    check never ran here, labkit's reference once that check has failed."""
+    from course.wrong_solutions import wrong_source
+    from labkit.checks._solved import prerequisite
+
+    monkeypatch.chdir(tmp_path)
+    ex = _reference.exercise_for(key="parallel_apply.py")
+    wrong = wrong_source(ex["key"], ex["source"])
+    Path("parallel_apply.py").write_text(wrong)
+    prerequisite("parallel_apply.py")
+    assert Path("parallel_apply.py").read_text() == wrong
+    failure = _failure(notebook, "from labkit.labs.data_parallel import checks as dp",
+                       "dp.parallel_apply('parallel_apply.py')")
+    assert LINE.search(failure).group(1) == "parallel_apply.py"
+    module = prerequisite("parallel_apply.py")
+    assert "has not passed on your `parallel_apply.py`" in capsys.readouterr().out
+    assert Path("parallel_apply.py").read_text() == ex["source"]
+    assert module.parallel_apply([abs, abs], [(-1,), (-2,)]) == [1, 2]
