@@ -13,6 +13,11 @@
 #
 # The token is never set here: pass JUPYTER_TOKEN at run time, or read the random one
 # that start-notebook.py prints.
+#
+# A graded course (nbgrader) builds its image with --build-arg GRADED=1: the rooms'
+# reference solutions are locked (`labkit lock-references` keeps the exercise index,
+# drops the solved code), so checks.use_reference has nothing to hand out, and
+# LABKIT_GRADED=1 makes a check passed on a reference fail (no points).
 FROM quay.io/jupyter/pytorch-notebook:x86_64-cuda12-2026-02-09
 
 # Where the course's torch and torchvision come from: the same versions as
@@ -24,11 +29,13 @@ FROM quay.io/jupyter/pytorch-notebook:x86_64-cuda12-2026-02-09
 # Blackwell). That index cannot be reached from the course's development machines; the
 # GPU lane's `docker build` is what checks the index it is given.
 ARG TORCH_INDEX=https://pypi.org/simple
+ARG GRADED=0
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 ENV COURSE_DIR=/home/${NB_USER}/course \
-    LABKIT_DATA=/opt/mnist
+    LABKIT_DATA=/opt/mnist \
+    LABKIT_GRADED=${GRADED}
 
 # The course pins override the base image's own torch: the notebooks are tested with
 # exactly these versions (env/requirements.txt is the one source of truth). torch and
@@ -48,8 +55,14 @@ COPY --chown=${NB_UID}:${NB_GID} labkit/ ${COURSE_DIR}/labkit/
 COPY --chown=${NB_UID}:${NB_GID} labs/ ${COURSE_DIR}/labs/
 COPY --chown=${NB_UID}:${NB_GID} env/ ${COURSE_DIR}/env/
 # A local folder, not a registry package: nothing to pin (its dependencies are above).
+# Graded: the references are locked in the course folder before it is installed, so
+# neither the installed labkit nor the copy in the course holds them.
 # hadolint ignore=DL3013
-RUN pip install --no-cache-dir --no-deps "${COURSE_DIR}" \
+RUN if [ "${GRADED}" = "1" ]; then \
+        PYTHONPATH="${COURSE_DIR}" python -m labkit.cli lock-references \
+            --rooms "${COURSE_DIR}/labkit/labs"; \
+    fi \
+    && pip install --no-cache-dir --no-deps "${COURSE_DIR}" \
     && rm -rf "${COURSE_DIR}/build" "${COURSE_DIR}/labkit.egg-info" \
     && fix-permissions "${CONDA_DIR}"
 

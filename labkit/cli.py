@@ -4,6 +4,7 @@ labkit doctor                 environment and hardware report (lab 00)
 labkit data prepare           download or verify MNIST in $LABKIT_DATA
 labkit bench NAME             run a benchmark (labkit bench --help lists them)
 labkit bench allreduce --link 1gbe   the same over a shaped link (root)
+labkit lock-references        a graded course's image: drop the reference solutions
 
 and, where the course tooling is installed (a checkout; not the learner image):
 build-labs, i18n, measure-labs, room, book (``coursetools.cli``). This module is the entry
@@ -28,6 +29,15 @@ def _prepare(args) -> int:
 
     root = data.prepare(args.root, download=False if args.offline else None)
     print(f"MNIST ready in {root / 'MNIST' / 'raw'} (MD5 verified).")
+    return 0
+
+
+def _lock(args) -> int:
+    from labkit.checks import _reference
+
+    locked = _reference.lock(args.rooms) if args.rooms else _reference.lock()
+    print(f"{len(locked)} reference stores locked: the exercise index stays, the "
+          "reference solutions' code is gone (checks.use_reference says so).")
     return 0
 
 
@@ -84,6 +94,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     prepare.add_argument("--offline", action="store_true", help="never download")
     prepare.set_defaults(run=_prepare)
+    lock = verbs.add_parser("lock-references", help="for a graded course's image: "
+                            "drop the reference solutions (checks.use_reference)")
+    lock.add_argument("--rooms", default=None,
+                      help="the rooms folder (default: this labkit's labkit/labs)")
+    lock.set_defaults(run=_lock)
     tooling = _tooling()
     if tooling is not None:
         tooling.add_verbs(verbs)

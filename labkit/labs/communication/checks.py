@@ -27,10 +27,12 @@ from labkit import data, models
 from labkit.labs.communication import local_sgd
 from labkit.checks._core import ExerciseFailed, passed
 from labkit.checks._reference import use_reference
+from labkit.checks._solved import has_passed, solved
 from labkit.checks._programs import first_difference, launch_program, load_program
 from labkit.messages import N_, _
 
-__all__ = ["use_reference", "allreduce_timing", "cast_hook", "local_sgd_worker",
+__all__ = ["use_reference", "solved", "has_passed",
+           "allreduce_timing", "cast_hook", "local_sgd_worker",
            "HOOK_TOLERANCE",
            "spied_timing", "spied_hook", "spied_local_sgd"]
 

@@ -29,11 +29,13 @@ from labkit import data, models
 from labkit.labs.data_parallel import dataparallel
 from labkit.checks._core import ExerciseFailed, attempt, passed
 from labkit.checks._reference import use_reference
+from labkit.checks._solved import has_passed, prerequisite, solved
 from labkit.checks._programs import load_program
 from labkit.checks._watch import call, spies
 from labkit.messages import N_, _
 
-__all__ = ["use_reference", "parallel_apply", "data_parallel_step", "strip_module_prefix",
+__all__ = ["use_reference", "solved", "has_passed",
+           "parallel_apply", "data_parallel_step", "strip_module_prefix",
            "GRAD_TOLERANCE", "TOLERANCE"]
 
 GRAD_TOLERANCE = 1e-6   # |gradient handed to optimizer.step() - one model's|
@@ -602,7 +604,7 @@ def data_parallel_step(path="dp_step.py", helper="parallel_apply.py", steps: int
     module, imported afresh first.
     """
     name = "data_parallel_step"
-    load_program(helper)   # fresh, so that the step imports the learner's latest one
+    prerequisite(helper)   # 2.1's, passed (fresh: the step imports the latest one)
     module = load_program(path)
     _require(name, module, path, "replicate", "scatter", "forward_backward",
              "reduce_gradients", "data_parallel_step")

@@ -29,11 +29,13 @@ from torch.utils.data import DistributedSampler
 from labkit import data, models
 from labkit.checks._core import ExerciseFailed, attempt, passed
 from labkit.checks._reference import use_reference
+from labkit.checks._solved import has_passed, prerequisite, solved
 from labkit.checks._programs import (first_difference, launch_program, load_program,
                                      run_command)
 from labkit.messages import _
 
-__all__ = ["use_reference", "shard_indices", "allreduce_worker", "ddp_worker", "ddp_under_torchrun",
+__all__ = ["use_reference", "solved", "has_passed",
+           "shard_indices", "allreduce_worker", "ddp_worker", "ddp_under_torchrun",
            "one_process_sgd", "one_process_reference", "spied_train"]
 
 TOLERANCE = 1e-5   # DDP vs one process, every parameter (float rounding is ~1e-7)
@@ -647,7 +649,7 @@ def ddp_under_torchrun(path="ddp_script.py", worker_path="ddp_worker.py",
     ``out``, compared with the reference.
     """
     name = "ddp_under_torchrun"
-    load_program(worker_path)   # the worker it imports must be there and import
+    prerequisite(worker_path)   # 3.3's worker, which the script imports: passed
     script = Path(path).resolve()
     unseen = _device_choices(name, load_program(script))
     out = Path(tempfile.mkdtemp(prefix="labkit-torchrun-check-")) / "weights.pt"

@@ -24,10 +24,12 @@ import torch
 from labkit.labs.fault_tolerance import elastic, snapshots
 from labkit.checks._core import ExerciseFailed, attempt, passed
 from labkit.checks._reference import use_reference
+from labkit.checks._solved import has_passed, prerequisite, solved
 from labkit.checks._programs import launch_program, load_program
 from labkit.messages import N_, _
 
-__all__ = ["use_reference", "snapshot_resume", "elastic_restart", "hang_finder", "resumable"]
+__all__ = ["use_reference", "solved", "has_passed",
+           "snapshot_resume", "elastic_restart", "hang_finder", "resumable"]
 
 QUICK_CFG = snapshots.Config(steps=24, every=4)   # 8 steps per epoch on 2 ranks
 STOP_AT = 12   # mid-epoch 1: the position and the epoch both matter
@@ -356,7 +358,7 @@ def elastic_restart(path="elastic_train.py", snapshot_path="snapshot.py",
     and end with weights equal (bit for bit) to an uninterrupted run's.
     """
     name = "elastic_restart"
-    load_program(snapshot_path)
+    prerequisite(snapshot_path)   # 9.1's snapshot functions, which it imports: passed
     module = load_program(path)
     _check_latest(name, module)
     folder = tempfile.mkdtemp(prefix="labkit-elastic-check-")

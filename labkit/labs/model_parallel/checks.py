@@ -18,12 +18,14 @@ from torch import nn
 from labkit import models, stages, timeline
 from labkit.checks._core import ExerciseFailed, attempt, expect_close, passed
 from labkit.checks._reference import use_reference
+from labkit.checks._solved import has_passed, solved
 from labkit.checks._programs import launch_program, load_program
 from labkit.checks._split import (BOUND_S, CONFIG, NOT_CHECKED, TOLERANCE,
                                   explain_messages, first_gap)
 from labkit.messages import _
 
-__all__ = ["use_reference", "split_in_two", "split_step", "overlap_seconds", "serve"]
+__all__ = ["use_reference", "solved", "has_passed",
+           "split_in_two", "split_step", "overlap_seconds", "serve"]
 
 # ---------------------------------------------------------------- exercise 4.1
 

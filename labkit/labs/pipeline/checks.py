@@ -15,12 +15,14 @@ from dataclasses import replace
 from labkit import pipeline, stages, timeline
 from labkit.checks._core import ExerciseFailed, attempt, expect_close, passed
 from labkit.checks._reference import use_reference
+from labkit.checks._solved import has_passed, solved
 from labkit.checks._programs import launch_program, load_program
 from labkit.checks._split import (BOUND_S, CONFIG, NOT_CHECKED, TOLERANCE,
                                   explain_messages, first_gap)
 from labkit.messages import _
 
-__all__ = ["use_reference", "gpipe_table", "gpipe_step", "one_f_one_b"]
+__all__ = ["use_reference", "solved", "has_passed",
+           "gpipe_table", "gpipe_step", "one_f_one_b"]
 
 ORDER_CASES = [(2, 4), (4, 8), (4, 4), (3, 5), (4, 2), (2, 1)]   # (p, m), m < p too
 

@@ -21,10 +21,12 @@ from labkit import memory_probe, models
 from labkit.labs.sharding import sharded, sharding_memory
 from labkit.checks._core import ExerciseFailed, attempt, passed
 from labkit.checks._reference import use_reference
+from labkit.checks._solved import has_passed, solved
 from labkit.checks._programs import first_difference, launch_program, load_program
 from labkit.messages import N_, _
 
-__all__ = ["use_reference", "bytes_per_rank", "zero1_worker", "fsdp_worker",
+__all__ = ["use_reference", "solved", "has_passed",
+           "bytes_per_rank", "zero1_worker", "fsdp_worker",
            "checkpointed_forward", "zero1_harness", "fsdp_harness", "TOLERANCE"]
 
 TOLERANCE = 1e-5   # sharded vs DDP, every parameter (measured here: 0.0)

@@ -12,9 +12,11 @@ from torch import nn
 from labkit import data, train
 from labkit.checks._core import ExerciseFailed, attempt, passed
 from labkit.checks._reference import use_reference
+from labkit.checks._solved import has_passed, solved
 from labkit.messages import _
 
-__all__ = ["use_reference", "device_choice", "mnist_transform", "minibatches", "train_step"]
+__all__ = ["use_reference", "solved", "has_passed",
+           "device_choice", "mnist_transform", "minibatches", "train_step"]
 
 
 def device_choice(fn) -> None:

@@ -23,10 +23,12 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 from labkit.labs.tensor_parallel import latency_model, tensor_parallel as tp
 from labkit.checks._core import NOT_DONE, ExerciseFailed, attempt, passed
 from labkit.checks._reference import use_reference
+from labkit.checks._solved import has_passed, solved
 from labkit.checks._programs import first_difference, launch_program, load_program
 from labkit.messages import N_, _
 
-__all__ = ["use_reference", "tp_mlp", "tp_block", "request_seconds", "dp_tp", "run_learner"]
+__all__ = ["use_reference", "solved", "has_passed",
+           "tp_mlp", "tp_block", "request_seconds", "dp_tp", "run_learner"]
 
 TOLERANCE = 1e-5   # split vs whole, every tensor (float rounding is ~1e-7)
 
