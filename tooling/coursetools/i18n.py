@@ -26,7 +26,7 @@ from pathlib import Path
 
 import nbformat
 
-from coursetools import times
+from coursetools import code_strings, times
 from coursetools.notebooks import make_lab, refresh, render
 from labkit.messages import language   # noqa: F401  (re-exported: coursetools.i18n.language)
 
@@ -36,6 +36,7 @@ __all__ = ["TIME_TOKEN", "Problem", "catalogs", "update", "translate", "fidelity
 LOCALE = "locale"                  # next to solutions/
 RUNTIME_DOMAIN = "labkit"          # reserved: labkit's own messages, not a notebook
 TIME_TOKEN = "{{labkit.time}}"
+CODE = " code"                     # msgctxt of a code cell's strings: "<cell id> code"
 REFRESH = "`labkit i18n update`"
 _LANG = re.compile(r"^[a-z]{2,3}_[A-Z]{2}$")
 _TIME_NOTE = (f"Keep {TIME_TOKEN}: labkit build-labs puts the Time sentence there, "
@@ -77,19 +78,58 @@ def catalogs(locale_dir) -> list[tuple[str, str, Path]]:
             if _LANG.match(p.parent.parent.name) and p.stem != RUNTIME_DOMAIN]
 
 
+_CODE_NOTE = ("What this code shows the learner (a print, a label, a docstring). Keep "
+              "every {field} exactly as it is; the code around it is not translated:")
+
+
+def _code_note(source: str, literal) -> str:
+    """The translator's note of a code string: the line(s) it stands on."""
+    first = source.rfind("\n", 0, literal.start) + 1
+    last = source.find("\n", literal.end)
+    return f"{_CODE_NOTE}\n{source[first:last if last != -1 else len(source)]}"
+
+
 def _msgids(english) -> list[tuple[str, str, str]]:
-    """Return (cell id, msgid, translator's note) for each markdown cell."""
+    """Return (msgctxt, msgid, translator's note): one per markdown cell (msgctxt: the
+    cell id), and one per learner-facing string of a code cell (msgctxt: the cell id
+    and " code"; coursetools.code_strings finds them)."""
     nb = nbformat.from_dict(english)
     sentence = times.time_sentence(nb) if times.apply_header(nb) else None
     wanted = []
     for index, cell in enumerate(nb.cells):
+        key = cell.get("id", f"cell-{index}")
+        if cell.cell_type == "code":
+            seen = set()
+            for literal in code_strings.strings(cell.source):
+                if literal.text not in seen:
+                    seen.add(literal.text)
+                    wanted.append((key + CODE, literal.text,
+                                   _code_note(cell.source, literal)))
+            continue
         if cell.cell_type != "markdown" or not cell.source.strip():
             continue
         text, note = cell.source, ""
         if index == 0 and sentence and sentence in text:
             text, note = text.replace(sentence, TIME_TOKEN, 1), _TIME_NOTE
-        wanted.append((cell.get("id", f"cell-{index}"), text, note))
+        wanted.append((key, text, note))
     return wanted
+
+
+def _key(entry) -> tuple | str:
+    """How an entry is found again: a markdown cell's by its id, a code string's by
+    its cell and its text (a cell has several)."""
+    return (entry.msgctxt, entry.msgid) if entry.msgctxt.endswith(CODE) else entry.msgctxt
+
+
+def _closest(unmatched: dict, msgctxt: str, msgid: str):
+    """Take the unmatched entry of the same code cell whose English is most like
+    ``msgid`` (a string that was edited), or None when none is close."""
+    import difflib
+
+    scored = [(difflib.SequenceMatcher(None, msgid, key[1]).ratio(), key)
+              for key in unmatched if isinstance(key, tuple) and key[0] == msgctxt]
+    best = max(scored, default=(0.0, None))
+    return unmatched.pop(best[1]) if best[0] >= 0.6 else None
 
 
 def _new_catalog(lang: str, name: str):
@@ -137,10 +177,13 @@ def update(po_path, english, lang: str, name: str) -> dict:
 
     po_path = Path(po_path)
     po = polib.pofile(str(po_path)) if po_path.exists() else _new_catalog(lang, name)
-    by_cell = {entry.msgctxt: entry for entry in po}
+    by_cell = {_key(entry): entry for entry in po}
     entries, new = [], 0
     for cell, msgid, note in _msgids(english):
-        entry = by_cell.pop(cell, None)
+        if cell.endswith(CODE):
+            entry = by_cell.pop((cell, msgid), None) or _closest(by_cell, cell, msgid)
+        else:
+            entry = by_cell.pop(cell, None)
         if entry is None:
             entry, new = polib.POEntry(msgctxt=cell, msgid=msgid, msgstr=""), new + 1
         _merge(entry, msgid)
@@ -210,7 +253,11 @@ def _entry_problem(entry, msgid: str) -> str | None:
 # What a translation keeps verbatim: code blocks, code spans, formulas, link and image
 # targets, and the number of headings (the book's table of contents and the lab's
 # section numbers come from them). Code and API names stay English (TERMINOLOGY.md).
+# A diagram (a ```text block, or one with no language) may change its words: it keeps
+# its shape, the lines and the drawing characters on each.
 _FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+_DIAGRAM_INFO = {"", "text"}
+_DRAWING = re.compile(r"[─-╿▀-▟■-◿←-⇿|+<>^*=_/\\-]")   # box, block, shape, arrow, ASCII
 _SPAN = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)", re.S)   # a span may wrap lines
 _MATH = re.compile(r"\$\$.+?\$\$|\$[^$\n]+\$", re.S)
 _TARGET = re.compile(r"\]\(([^)\s]+)")
@@ -218,10 +265,23 @@ _HEADING = re.compile(r"^#{1,6} ", re.M)
 _WORDS = re.compile(r"\\text\{[^}]*\}")   # a formula's words may be translated
 
 
+def _shape(block: str) -> str:
+    """A diagram's shape: one line of its drawing characters per line of it."""
+    return "\n".join("".join(_DRAWING.findall(line)) for line in block.splitlines())
+
+
+def _is_diagram(block: str) -> bool:
+    return block.split("\n", 1)[0][3:].strip().lower() in _DIAGRAM_INFO
+
+
 def _kept_parts(text: str) -> dict:
-    fences = _FENCE.findall(text)
+    found = _FENCE.findall(text)
+    fences = [block for block in found if not _is_diagram(block)]
     prose = _FENCE.sub("", text)
-    return {"code block": fences, "code span": [" ".join(m.group(2).split())   # rewrapped: same span
+    return {"code block": fences,
+            "diagram (its lines and drawing characters)": [
+                _shape(block) for block in found if _is_diagram(block)],
+            "code span": [" ".join(m.group(2).split())   # rewrapped: same span
                                         for m in _SPAN.finditer(prose)],
             "formula": [_WORDS.sub(r"\\text{}", f) for f in _MATH.findall(_SPAN.sub("", prose))],
             "link target": _TARGET.findall(prose)}
@@ -230,7 +290,8 @@ def _kept_parts(text: str) -> dict:
 def fidelity_problem(msgid: str, msgstr: str) -> str | None:
     """Say what of the English a translation lost (None when it kept everything):
     each code block, code span, formula and link target of ``msgid`` must appear in
-    ``msgstr``, and both must have the same number of headings."""
+    ``msgstr``, each diagram keeps its shape (its words may change), and both must
+    have the same number of headings."""
     english, translated = _kept_parts(msgid), _kept_parts(msgstr)
     for kind, parts in english.items():
         missing = [part for part in dict.fromkeys(parts) if part not in translated[kind]]
@@ -246,11 +307,14 @@ def translate(english, po, lang: str, po_path) -> tuple:
     """Return (translated notebook, problems): markdown from ``po``, the rest as is."""
     nb = nbformat.from_dict(english)
     name = f"{Path(po_path).stem}.ipynb"
-    entries = {e.msgctxt: e for e in po if not e.obsolete}
-    msgids = {cell: msgid for cell, msgid, _ in _msgids(english)}
+    entries = {_key(e): e for e in po if not e.obsolete}
+    msgids = {cell: msgid for cell, msgid, _ in _msgids(english) if not cell.endswith(CODE)}
     problems = []
     for index, cell in enumerate(nb.cells):
         key = cell.get("id", f"cell-{index}")
+        if cell.cell_type == "code":
+            problems += _translate_code(cell, key, entries, Path(po_path), name)
+            continue
         if key not in msgids:
             continue
         entry = entries.pop(key, None)
@@ -259,10 +323,31 @@ def translate(english, po, lang: str, po_path) -> tuple:
             problems.append(Problem(Path(po_path), name, key, why))
         else:
             cell.source = entry.msgstr.replace(TIME_TOKEN, time_sentence(english, lang))
-    problems += [Problem(Path(po_path), name, key, "its cell no longer exists")
+    problems += [Problem(Path(po_path), name, key if isinstance(key, str) else key[0],
+                         "its cell no longer exists" if isinstance(key, str)
+                         else f"its string {key[1]!r} is no longer in the code")
                  for key in entries]
     nb.metadata.setdefault("labkit", {})["lang"] = lang
     return nb, problems
+
+
+def _translate_code(cell, key: str, entries: dict, po_path: Path, name: str) -> list:
+    """Write a code cell's translated strings in place; return the problems (each
+    string without a usable translation keeps its English)."""
+    done, problems = {}, []
+    for literal in code_strings.strings(cell.source):
+        if literal.text in done:
+            continue
+        entry = entries.pop((key + CODE, literal.text), None)
+        why = (_entry_problem(entry, literal.text)
+               or code_strings.field_problem(literal.text, entry.msgstr, literal))
+        if why:
+            problems.append(Problem(po_path, name, key, f"{why} (string "
+                                    f"{literal.text[:60]!r})"))
+        else:
+            done[literal.text] = entry.msgstr
+    cell.source = code_strings.replace(cell.source, done)
+    return problems
 
 
 def _orphans(solutions_dir: Path, labs_dir: Path, wanted: set) -> list[Path]:
