@@ -83,3 +83,70 @@ def test_a_translation_that_would_break_the_code_is_refused(translation, problem
     (lit,) = [x for x in cs.strings(CELL) if x.text.startswith("rank {rank}")]
     assert problem in cs.field_problem(lit.text, translation, lit)
     assert cs.field_problem(lit.text, "rank {rank}：{steps} 步 {loss:.3f}", lit) is None
+
+
+FOUND_BY_USE = '''verdict = "fits" if need <= gib else "does NOT fit"
+device = "cuda" if ok else "cpu"
+print(f"one {name}: {verdict}")
+x = torch.ones(1, device=device)
+print(f"{'model':>10}" + "  ".join(f"{'fits' if n < g else 'no':>9}" for g in gpus))
+for label, m in [(f"plain step, {n} images", a), ("  of which replication", b)]:
+    print(f"{label:32}: {m:.2f} ms")
+for key, m in [("kept as a key", a)]:
+    results[key] = m
+
+
+def summary(ms):
+    return f"median {ms:.2f} ms"
+
+
+print(f"whole model: {summary(single)}")
+assert gap < 1e-6, "the split must equal the whole"
+labkit.reveal(g, measured="- (nothing to measure)", unit="points", what="lost")
+ax.legend(["measured", "model"])
+warnings.warn("slow on a shared machine")
+'''
+
+
+def test_finds_what_reaches_the_learner_through_names_and_fields():
+    """Strings the cell shows through a variable, a loop over a literal list, a
+    function's result, an f-string's field, an assert, reveal's other keywords, a
+    legend's list and a warning: found, and a name that code also uses is not?"""
+    texts = _texts(FOUND_BY_USE)
+    for shown in ["fits", "does NOT fit", "one {name}: {verdict}", "model", "no",
+                  "plain step, {n} images", "  of which replication",
+                  "median {ms:.2f} ms", "whole model: {summary(single)}",
+                  "the split must equal the whole", "- (nothing to measure)",
+                  "points", "lost", "measured", "slow on a shared machine"]:
+        assert shown in texts, shown
+    for code in ["cuda", "cpu", "kept as a key"]:        # device= and results[key]
+        assert code not in texts, code
+
+
+def test_a_field_literal_is_translated_inside_its_f_string():
+    """A literal in an f-string's field: written there, the f-string's own
+    translation keeping the field verbatim; a quote in it is refused."""
+    out = cs.replace(FOUND_BY_USE, {"fits": "放得下", "no": "放不下", "model": "模型"})
+    assert "f\"{'放得下' if n < g else '放不下':>9}\"" in out
+    assert "print(f\"{'模型':>10}\"" in out
+    assert 'verdict = "放得下" if need <= gib else "does NOT fit"' in out
+    ast.parse(out)
+    (fits,) = [lit for lit in cs.strings(FOUND_BY_USE) if lit.text == "no"]
+    assert fits.nested and "quote" in cs.field_problem("no", "'否'", fits)
+
+
+def test_braces_of_a_docstring_are_text_not_fields():
+    """A docstring's {…} is prose: its translation may reword it; an f-string's may
+    not."""
+    source = ('def f():\n    """Return {name: median seconds}."""\n'
+              'print(f"{n} seconds")\n')
+    doc, printed = cs.strings(source)
+    assert not doc.formatted and printed.formatted
+    assert cs.field_problem(doc.text, "返回 {名字: 中位秒数}。", doc) is None
+    assert "fields" in cs.field_problem(printed.text, "{m} 秒", printed)
+
+
+def test_a_translation_that_does_not_parse_is_named():
+    """syntax_problem: the safety net build-labs applies to a translated cell."""
+    assert cs.syntax_problem("%%writefile a.py\nprint('x')\n!ls\n") is None
+    assert "line 1" in cs.syntax_problem("print('x'\n")
