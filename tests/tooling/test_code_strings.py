@@ -150,3 +150,14 @@ def test_a_translation_that_does_not_parse_is_named():
     """syntax_problem: the safety net build-labs applies to a translated cell."""
     assert cs.syntax_problem("%%writefile a.py\nprint('x')\n!ls\n") is None
     assert "line 1" in cs.syntax_problem("print('x'\n")
+
+
+def test_what_a_shell_line_echoes_is_found_and_written_back():
+    """`!cmd || echo "..."`: its words are the learner's too; IPython's {fields} in
+    it stay, and a translation may not hold the shell's quote."""
+    source = '!nvidia-smi || echo "no driver here: the labs use {n} CPU ranks"\nx = 1\n'
+    (lit,) = cs.strings(source)
+    assert lit.text == "no driver here: the labs use {n} CPU ranks" and lit.quote == '"'
+    out = cs.replace(source, {lit.text: "这里没有驱动：实验使用 {n} 个 CPU rank"})
+    assert out.startswith('!nvidia-smi || echo "这里没有驱动：实验使用 {n} 个 CPU rank"\n')
+    assert "contains its quote" in cs.field_problem(lit.text, '没有 "{n}"', lit)

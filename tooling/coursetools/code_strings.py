@@ -11,7 +11,8 @@ of a code cell:
   ``set_ylabel``, ``suptitle``, ``title``, ``xlabel``, ``ylabel``, ``text``,
   ``annotate``, ``Markdown``, and the keywords ``label``, ``title``, ``what``,
   ``description``, ``xlabel``, ``ylabel``, ``desc``;
-- docstrings (of a ``%%writefile`` module, its functions and classes, or a cell's).
+- docstrings (of a ``%%writefile`` module, its functions and classes, or a cell's);
+- what a shell line echoes (``!nvidia-smi || echo "..."``).
 
 Each is a ``Literal``: its text as written between the quotes (``{fields}`` of an
 f-string or a template included verbatim), where it stands, and how it is quoted.
@@ -265,7 +266,23 @@ def strings(source: str, labels=()) -> list[Literal]:
         found.append(Literal(text, start, end, prefix, quote, count,
                              nested=id(node) in in_fields,
                              formatted="f" in prefix or id(node) in templates))
-    return sorted(found, key=lambda lit: lit.start)
+    return sorted(found + _echoed(source), key=lambda lit: lit.start)
+
+
+_ECHO = re.compile(r"""(?<![\w$])echo\s+(["'])((?:(?!\1)[^\\$`\n])*)\1""")
+
+
+def _echoed(source: str) -> list[Literal]:
+    """What a cell's shell line (``!nvidia-smi || echo "..."``) echoes, quoted
+    plainly (no ``$``, backtick or backslash: nothing the shell would expand)."""
+    found, at = [], 0
+    for line in source.splitlines(keepends=True):
+        if line.lstrip().startswith("!"):
+            found += [Literal(m.group(2), at + m.start(2) - 1, at + m.end(2) + 1, "",
+                              m.group(1), 1) for m in _ECHO.finditer(line)
+                      if _LETTERS.search(m.group(2))]
+        at += len(line)
+    return found
 
 
 def syntax_problem(source: str) -> str | None:
