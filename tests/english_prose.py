@@ -30,7 +30,7 @@ local gpipe megatron megatron-lm nvlink pcie infiniband ethernet linux docker sl
 kubernetes colab nvidia hopper ampere
 gib mib kib gb mb kb tb ms us µs ns min s
 vs x true false none et al
-pythia llama resnet bert gpt mistral mixtral deepseek qwen
+pythia llama resnet bert gpt mistral mixtral deepseek qwen transformer world
 """.split())
 
 # Third-party text a lab shows on purpose, verbatim (TERMINOLOGY.md: error messages

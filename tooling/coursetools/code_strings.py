@@ -5,12 +5,20 @@ A translated notebook keeps its code, but what that code prints or draws must be
 the reader's language. ``strings(source)`` finds each learner-facing string literal
 of a code cell:
 
-- what ``print`` shows (a literal, an f-string, a ``"...".format(...)`` template, or
-  a ``+``/``if-else`` of those), and what ``raise SomeError(...)`` says;
+- what ``print`` shows (a literal, an f-string, a ``"...".format(...)`` template, a
+  ``%`` template, a ``"sep".join(...)`` of those, or a ``+``/``if-else``/``or`` of
+  those, and the literals inside an f-string's fields), what ``raise SomeError(...)``,
+  an ``assert``'s message and ``warnings.warn`` say;
 - the words of a plot or a widget: the first argument of ``set_title``, ``set_xlabel``,
   ``set_ylabel``, ``suptitle``, ``title``, ``xlabel``, ``ylabel``, ``text``,
-  ``annotate``, ``Markdown``, and the keywords ``label``, ``title``, ``what``,
-  ``description``, ``xlabel``, ``ylabel``, ``desc``;
+  ``annotate``, ``Markdown``; the keywords ``label``, ``title``, ``what``,
+  ``description``, ``xlabel``, ``ylabel``, ``desc`` and reveal's ``measured``,
+  ``theory``, ``unit``; the lists of ``legend``, ``set_xticks``/``set_xticklabels``
+  (and y), ``xticks``/``yticks`` and of the ``labels`` keywords;
+- a string bound to a name that the cell uses only inside what it shows (assigned,
+  looped over from a literal list, or returned by a function of that name): changing
+  it cannot change what the code computes;
+- the ``labels`` a notebook declares (metadata.labkit.labels), wherever they stand;
 - docstrings (of a ``%%writefile`` module, its functions and classes, or a cell's);
 - what a shell line echoes (``!nvidia-smi || echo "..."``).
 
