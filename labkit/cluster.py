@@ -47,6 +47,8 @@ import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from labkit.messages import _   # unavailable()'s reasons reach the notebooks
+
 __all__ = ["Link", "PROFILES", "link", "parse_rate", "parse_delay", "unavailable",
            "has_netem", "Cluster", "ClusterError", "existing", "leftovers",
            "remove", "main"]
@@ -86,9 +88,10 @@ class Link:
         return None if self.rate_bits is None else self.rate_bits / 8
 
     def describe(self) -> str:
-        rate = ("rate not shaped" if self.rate_bits is None
+        rate = (_("rate not shaped") if self.rate_bits is None
                 else f"{_rate_text(self.rate_bits)} ({self.bytes_per_s / 1e9:g} GB/s)")
-        return f"{self.name}: {rate}, {self.delay_s * 1e6:g} us one way"
+        return _("{name}: {rate}, {delay_us:g} us one way").format(
+            name=self.name, rate=rate, delay_us=self.delay_s * 1e6)
 
 
 # A 1 GbE data-centre hop has a round trip of about 100 us through the kernels;
@@ -181,23 +184,24 @@ def unavailable() -> str | None:
         return _probe_result["reason"]
     reason = None
     if not sys.platform.startswith("linux"):
-        reason = f"needs Linux network namespaces (this is {sys.platform})"
+        reason = _("needs Linux network namespaces (this is {platform})").format(
+            platform=sys.platform)
     elif os.geteuid() != 0:
-        reason = (f"needs root (uid {os.geteuid()} here): network namespaces and tc "
-                  "need CAP_NET_ADMIN; as root, or in a container started with "
-                  "--cap-add NET_ADMIN --cap-add SYS_ADMIN")
+        reason = _("needs root (uid {uid} here): network namespaces and tc need "
+                   "CAP_NET_ADMIN; as root, or in a container started with "
+                   "--cap-add NET_ADMIN --cap-add SYS_ADMIN").format(uid=os.geteuid())
     else:
         missing = [t for t in ("ip", "tc", "unshare") if shutil.which(t) is None]
         if missing:
-            reason = (f"needs {', '.join(missing)} on PATH (Debian/Ubuntu: apt-get "
-                      "install iproute2 util-linux)")
+            reason = _("needs {tools} on PATH (Debian/Ubuntu: apt-get install iproute2 "
+                       "util-linux)").format(tools=", ".join(missing))
     if reason is None:
         probe = f"{PREFIX}{os.getpid()}-0-sw"   # `down --stale` finds it if left
         done = _ip("netns", "add", probe, check=False)
         if done.returncode != 0:
-            reason = (f"cannot create a network namespace ({done.stderr.strip()}): "
-                      "in a container, start it with --cap-add NET_ADMIN "
-                      "--cap-add SYS_ADMIN")
+            reason = _("cannot create a network namespace ({error}): in a container, "
+                       "start it with --cap-add NET_ADMIN --cap-add SYS_ADMIN").format(
+                           error=done.stderr.strip())
         else:
             _probe_result["netem"] = _probe_netem(probe)
             _ip("netns", "del", probe, check=False)
@@ -437,10 +441,11 @@ class Cluster:
         """Say what was built: the nodes, their addresses and the link."""
         delay = ""
         if self.link.delay_s and not self.delay_shaped:
-            delay = (" (delay NOT added: this kernel has no netem; only the rate is "
-                     "shaped)")
+            delay = _(" (delay NOT added: this kernel has no netem; only the rate is "
+                      "shaped)")
         nodes = ", ".join(f"{n} {self.address(n)}" for n in self.nodes)
-        return f"cluster {self.name}: {nodes}; link {self.link.describe()}{delay}"
+        return _("cluster {name}: {nodes}; link {link}{delay}").format(
+            name=self.name, nodes=nodes, link=self.link.describe(), delay=delay)
 
     def stop(self) -> None:
         """Kill every process in the nodes and remove the namespaces (idempotent)."""

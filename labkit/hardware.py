@@ -255,9 +255,10 @@ def _memory_gib() -> str:
     """Return total and available RAM, in GiB (a container's limit counts)."""
     meminfo, available = _read("/proc/meminfo"), memory_available_bytes()
     if meminfo is None or available is None:
-        return "unknown (no /proc/meminfo)"
+        return _("unknown (no /proc/meminfo)")
     total = int(meminfo.split("MemTotal:")[1].split()[0]) * 1024
-    return f"{total / 2**30:.1f} GiB total, {available / 2**30:.1f} GiB available"
+    return _("{total:.1f} GiB total, {available:.1f} GiB available").format(
+        total=total / 2**30, available=available / 2**30)
 
 
 def _shm_gib() -> str:
@@ -265,7 +266,7 @@ def _shm_gib() -> str:
     try:
         stat = os.statvfs("/dev/shm")
     except OSError:
-        return "none"
+        return _("none")
     return f"{stat.f_frsize * stat.f_blocks / 2**30:.1f} GiB"
 
 
@@ -281,10 +282,10 @@ def _gpu_rows() -> list[tuple[str, str]]:
     if smi:
         rows += [("nvidia-smi GPU", line) for line in smi.splitlines()]
         topo = _run(["nvidia-smi", "topo", "-m"])
-        rows.append(("nvidia-smi topo -m", "\n" + topo if topo else "not available"))
+        rows.append(("nvidia-smi topo -m", "\n" + topo if topo else _("not available")))
     else:
         rows.append(
-            ("nvidia-smi", "not found or failed: no NVIDIA driver visible here")
+            ("nvidia-smi", _("not found or failed: no NVIDIA driver visible here"))
         )
     return rows
 
@@ -299,20 +300,25 @@ def driver_compatibility(driver: str | None, wheel_cuda: str | None) -> str:
     features (compiling PTX newer than the driver) need the newer driver.
     """
     if not wheel_cuda:
-        return "CPU-only wheel: no NVIDIA driver needed"
+        return _("CPU-only wheel: no NVIDIA driver needed")
     major = int(wheel_cuda.split(".")[0])
     need = MIN_DRIVER.get(major)
-    rule = (f"CUDA {major}.x runs on drivers >= {need} (minor-version compatibility: "
-            "same major, at least its oldest driver)") if need else ""
+    rule = _("CUDA {major}.x runs on drivers >= {need} (minor-version compatibility: "
+             "same major, at least its oldest driver)").format(
+                 major=major, need=need) if need else ""
     if driver is None:
-        return f"no NVIDIA driver found; this wheel is CUDA {wheel_cuda}: {rule}"
+        return _("no NVIDIA driver found; this wheel is CUDA {cuda}: {rule}").format(
+            cuda=wheel_cuda, rule=rule)
     have = int(driver.split(".")[0])
     if need is None or have >= need:
-        return f"driver {driver} runs this wheel's CUDA {wheel_cuda}: {rule}"
+        return _("driver {driver} runs this wheel's CUDA {cuda}: {rule}").format(
+            driver=driver, cuda=wheel_cuda, rule=rule)
     fits = [m for m, oldest in sorted(MIN_DRIVER.items()) if have >= oldest]
-    instead = f", or install a wheel built for CUDA {fits[-1]}.x" if fits else ""
-    return (f"driver {driver} is too old for this wheel's CUDA {wheel_cuda}: {rule}. "
-            f"Update the driver{instead}")
+    instead = _(", or install a wheel built for CUDA {major}.x").format(
+        major=fits[-1]) if fits else ""
+    return _("driver {driver} is too old for this wheel's CUDA {cuda}: {rule}. "
+             "Update the driver{instead}").format(driver=driver, cuda=wheel_cuda,
+                                                  rule=rule, instead=instead)
 
 
 def _driver_version() -> str | None:
@@ -326,26 +332,28 @@ def report() -> list[tuple[str, str]]:
     nvcc = _run(["nvcc", "--version"])
     rows = [
         ("Python", f"{platform.python_version()} ({sys.executable})"),
-        ("Platform", platform.platform()),
+        (_("Platform"), platform.platform()),
         ("PyTorch", torch.__version__),
-        ("CUDA inside the torch wheel", torch.version.cuda or _("none (CPU-only build)")),
+        (_("CUDA inside the torch wheel"),
+         torch.version.cuda or _("none (CPU-only build)")),
         ("torch.cuda.is_available()", str(torch.cuda.is_available())),
         ("torch.cuda.device_count()", str(torch.cuda.device_count())),
         *_gpu_rows(),
-        ("driver vs wheel", driver_compatibility(_driver_version(), torch.version.cuda)),
+        (_("driver vs wheel"),
+         driver_compatibility(_driver_version(), torch.version.cuda)),
         (
-            "nvcc (CUDA toolkit on PATH)",
+            _("nvcc (CUDA toolkit on PATH)"),
             nvcc.splitlines()[-1]
             if nvcc
             else _("not on PATH (fine: the wheel brings CUDA)"),
         ),
         ("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", _("(not set)"))),
         ("LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH", _("(not set)"))),
-        ("gloo available", str(dist.is_available() and dist.is_gloo_available())),
-        ("NCCL available", str(dist.is_available() and dist.is_nccl_available())),
-        ("CPU cores", _("{usable} usable of {all}").format(usable=cpu_count(),
-                                                            all=os.cpu_count())),
-        ("RAM", _memory_gib()),
+        (_("gloo available"), str(dist.is_available() and dist.is_gloo_available())),
+        (_("NCCL available"), str(dist.is_available() and dist.is_nccl_available())),
+        (_("CPU cores"), _("{usable} usable of {all}").format(usable=cpu_count(),
+                                                               all=os.cpu_count())),
+        (_("RAM"), _memory_gib()),
         ("/dev/shm", _shm_gib()),
     ]
     for i in range(torch.cuda.device_count()):
@@ -356,12 +364,19 @@ def report() -> list[tuple[str, str]]:
     return rows
 
 
+def _columns(text: str) -> int:
+    """How many terminal columns ``text`` takes (a Chinese character takes two)."""
+    import unicodedata
+
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
 def print_report() -> Setup:
     """Print the environment report and the backend a 2-rank lab would choose."""
     rows = report()
-    width = max(len(label) for label, _value in rows)
+    width = max(_columns(label) for label, _value in rows)
     for label, value in rows:
-        print(f"{label:<{width}}  {value}")
+        print(f"{label}{' ' * (width - _columns(label))}  {value}")
     world_size = max(2, torch.cuda.device_count())
     print("\n" + _("A {n}-rank lab on this machine:").format(n=world_size))
     return choose(world_size)

@@ -96,6 +96,12 @@ REQUIRE_GPU_ENV = "LABKIT_REQUIRE_GPU"
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "gpu(n=1): needs n CUDA GPUs (skipped with fewer)")
+    # The Chinese notebooks' cells fail on English prose in what they show
+    # (tests/chinese_outputs.py): registered as a plugin, so that it sees the cells
+    # of solutions/zh_CN, which this folder's conftest hooks would not.
+    from chinese_outputs import EnglishInOutputs
+
+    config.pluginmanager.register(EnglishInOutputs(), "labkit-english-in-outputs")
 
 
 def gpus_needed(item) -> int:

@@ -97,6 +97,8 @@ def _text(cell) -> str:
     return "".join(o.get("text", "") for o in cell.get("outputs", []))
 
 
+# A whole lab, each check run three times: lab 07 took over 600 s on a loaded machine.
+@pytest.mark.timeout(1800)
 @pytest.mark.parametrize("name", NAMES)
 def test_every_lab_runs_to_its_end_past_stubs_and_wrong_solutions(name, tmp_path):
     """At every exercise: the stub fails with its reference line, the line makes the

@@ -148,3 +148,37 @@ def test_report_says_whether_the_driver_runs_the_wheel():
 def test_setup_names_its_devices():
     """Does a Setup say which devices its ranks use?"""
     assert hardware.Setup("gloo", "cpu", 2, "why").devices() == "cpu x2"
+
+
+def test_the_report_speaks_chinese_in_a_chinese_notebook(monkeypatch, capsys):
+    """Lab 00's first output in the Chinese edition: no English prose in it (the rule
+    of tests/english_prose.py), its labels aligned by the columns they take."""
+    from english_prose import english_runs
+
+    monkeypatch.setenv("LABKIT_LANG", "zh_CN")
+    hardware.print_report()
+    out = capsys.readouterr().out
+    assert "torch wheel 自带的 CUDA" in out and "gloo 可用" in out
+    assert [line for line in out.splitlines() if english_runs(line)] == []
+    labels = [label for label, _value in hardware.report()]
+    width = max(map(hardware._columns, labels))
+    for label in labels:                          # every value starts in one column
+        line = next(line for line in out.splitlines() if line.startswith(label + " "))
+        rest = line[len(label):]
+        assert hardware._columns(label) + len(rest) - len(rest.lstrip(" ")) == width + 2
+    assert hardware._columns("内存") == 4 and hardware._columns("RAM") == 3
+
+
+def test_why_no_cluster_is_said_in_chinese(monkeypatch):
+    """cluster.unavailable()'s reasons reach lab 03, 06 and 09's cells: in Chinese
+    there, English on the command line."""
+    from labkit import cluster
+
+    monkeypatch.setattr(cluster, "_probe_result", {})
+    monkeypatch.setattr(cluster.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(cluster.sys, "platform", "linux")
+    monkeypatch.setenv("LABKIT_LANG", "zh_CN")
+    assert cluster.unavailable().startswith("需要 root 权限（这里 uid 为 1000）")
+    monkeypatch.setattr(cluster, "_probe_result", {})
+    monkeypatch.setenv("LABKIT_LANG", "en")
+    assert cluster.unavailable().startswith("needs root (uid 1000 here)")

@@ -96,7 +96,7 @@ def test_catalog_round_trip(tmp_path):
     assert problems == []
     assert zh.cells[1].source == "中文 Text with `code` and $x^2$."
     assert zh.cells[0].source.startswith("# 中文 Lab 99")
-    assert i18n.time_sentence(nb, "zh_CN") in zh.cells[0].source
+    assert i18n.time_sentence(nb, "zh_CN", zh) in zh.cells[0].source
     assert [c.source for c in zh.cells[2:]] == [c.source for c in nb.cells[2:]]
     assert [c.id for c in zh.cells] == [c.id for c in nb.cells]
     assert zh.metadata["labkit"]["lang"] == "zh_CN" and "lang" not in nb.metadata.labkit
@@ -172,19 +172,38 @@ def test_lost_time_token_is_a_problem(tmp_path):
     assert [p.cell for p in problems] == ["h"] and i18n.TIME_TOKEN in problems[0].what
 
 
-def test_time_sentence_has_the_english_numbers():
-    """Does the Chinese Time sentence carry the English one's numbers, in order?"""
+def test_time_sentence_reads_the_chinese_text():
+    """Does the Chinese Time sentence count its reading on the Chinese text (字 at the
+    stated rate, the appendix apart), keep the English exercises and compute, and
+    name the machine in Chinese?"""
+    from coursetools import edition_time
+
     nb = _notebook("word " * 450, "## Appendix\n\n" + "more " * 250)
     nb.cells[1].source += "\n\n### Exercise 1.1 — x (≈ 7 min)"
-    numbers = re.compile(r"\d[\d,.]*\d|\d")
+    zh = nbformat.from_dict(nb)
+    zh.cells[0].source = "# 实验 99"                                     # 3 字
+    zh.cells[1].source = "读" * 1190 + " all-reduce 4096 GiB\n\n### 练习 1.1（≈ 7 分钟）"
+    zh.cells[2].source = "## 附录\n\n" + "附" * 448                     # 450 字
+    rate = edition_time.CHARACTERS_PER_MINUTE["zh_CN"]
+    assert edition_time.characters(zh.cells[1].source) == 1190 + 3 + 2 + 2 + 2
+    core = 3 + 1199
     for measured in (None, {"full_mode_s": 125.0, "quick_mode_s": 33.0,
-                            "on": "2 CPU cores", "date": "2026-12-01"}):
+                            "on": "2 CPU cores", "date": "2026-12-01", "load": 1.0,
+                            "cores": 2}):
         if measured:
             nb.metadata["labkit"]["measured"] = measured
-        english = lab_time.time_sentence(nb)
-        chinese = i18n.time_sentence(nb, "zh_CN")
-        assert sorted(numbers.findall(chinese)) == sorted(numbers.findall(english))
-        assert "分钟" in chinese and "min" not in chinese.replace("measure-labs", "")
+        parts = lab_time.minutes(nb)
+        chinese = i18n.time_sentence(nb, "zh_CN", zh)
+        reading = -(-core // rate)
+        assert f"阅读 {reading} 分钟（中文 {core:,} 字，按每分钟 {rate} 字计）" in chinese
+        assert f"练习 {parts['exercises']} 分钟" in chinese
+        assert f"附录另有约 {-(-450 // rate)} 分钟" in chinese
+        if measured:
+            assert f"计算 {parts['compute']} 分钟" in chinese
+            assert f"约 {reading + parts['exercises'] + parts['compute']} 分钟" in chinese
+            assert "在 2 个 CPU 核上测得" in chinese and "CPU cores" not in chinese
+        assert "min" not in chinese.replace("measure-labs", "")
+    assert edition_time.machine("1 × NVIDIA H200", "zh_CN") == "1 块 NVIDIA H200 "
 
 
 def test_build_labs_writes_translated_solution_and_lab(tmp_path):
@@ -199,7 +218,8 @@ def test_build_labs_writes_translated_solution_and_lab(tmp_path):
     english = nbformat.read(solutions / "a.ipynb", as_version=4)
     assert zh_solution.cells[1].source == "中文 One."
     assert zh_solution.cells[2].source == english.cells[2].source
-    assert zh_lab.cells[2].source == "def f():\n    " + "\n    ".join(notebooks.CODE_STUB)
+    assert zh_lab.cells[2].source == ("def f():\n    # YOUR CODE HERE（在这里写你的代码）"
+                                      "\n    raise NotImplementedError()")
     assert zh_lab.cells[1].source == "中文 One."
     assert zh_lab.metadata["labkit"]["lang"] == "zh_CN"
     assert build.build_labs(solutions, labs, check=True) == []
@@ -313,12 +333,15 @@ def test_what_a_translation_may_change():
 @pytest.mark.parametrize("catalog", [c[2] for c in CATALOGS],
                          ids=[c[1] for c in CATALOGS])
 def test_translations_keep_code_headings_and_math(catalog):
-    """Does every translation keep its English code, formulas, links and headings?"""
+    """Does every translation keep its English code, formulas, links and headings (a
+    code span quoting a printed line: as the edition prints it, as build-labs
+    allows)?"""
+    printed = i18n._printed(LOCALE, catalog.parent.parent.name)
     for entry in polib.pofile(str(catalog)):
         if entry.obsolete or not entry.msgstr:
             continue
         where = f"{catalog.name} {entry.msgctxt}"
-        assert i18n.fidelity_problem(entry.msgid, entry.msgstr) is None, where
+        assert i18n.fidelity_problem(entry.msgid, entry.msgstr, printed) is None, where
 
 
 def test_language_choice():

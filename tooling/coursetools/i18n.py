@@ -13,8 +13,10 @@ lab is part of an edition when its catalog exists (``labkit i18n init``).
   ``labs/<lang>/`` the learner version made from it. A cell whose entry is missing,
   fuzzy, untranslated or older than its English keeps the English text, and that
   entry is a ``Problem`` (``build-labs --check`` fails on it).
-- The header's ``**Time:**`` sentence is computed from the English notebook: its
-  entry holds ``{{labkit.time}}`` in its place, filled in the catalog's language.
+- The header's ``**Time:**`` sentence is computed, not translated: its entry holds
+  ``{{labkit.time}}`` in its place, filled in the catalog's language by
+  ``coursetools.edition_time`` (the reading from the translation's own text, the
+  exercises and the compute from the English notebook).
 - ``language()`` is the language labkit speaks at run time: ``$LABKIT_LANG``, else
   the notebook's folder (``labs/zh_CN/``), else English.
 """
@@ -26,8 +28,9 @@ from pathlib import Path
 
 import nbformat
 
-from coursetools import times
-from coursetools.notebooks import make_lab, refresh, render
+from coursetools import code_strings, edition_time, quoted_outputs, times
+from coursetools.edition_time import time_sentence   # noqa: F401  (re-exported)
+from coursetools.notebooks import CODE_STUB, TEXT_STUB, make_lab, refresh, render
 from labkit.messages import language   # noqa: F401  (re-exported: coursetools.i18n.language)
 
 __all__ = ["TIME_TOKEN", "Problem", "catalogs", "update", "translate", "fidelity_problem",
@@ -35,31 +38,19 @@ __all__ = ["TIME_TOKEN", "Problem", "catalogs", "update", "translate", "fidelity
 
 LOCALE = "locale"                  # next to solutions/
 RUNTIME_DOMAIN = "labkit"          # reserved: labkit's own messages, not a notebook
-TIME_TOKEN = "{{labkit.time}}"
+TIME_TOKEN = edition_time.TOKEN
+CODE = " code"                     # msgctxt of a code cell's strings: "<cell id> code"
+LABELS = "labels" + CODE           # msgctxt of the notebook's declared labels
 REFRESH = "`labkit i18n update`"
 _LANG = re.compile(r"^[a-z]{2,3}_[A-Z]{2}$")
 _TIME_NOTE = (f"Keep {TIME_TOKEN}: labkit build-labs puts the Time sentence there, "
-              "computed from the English notebook.")
-# The Time sentence per language (times.time_sentence's parts, same numbers).
-_TIME_TEXT = {"zh_CN": {
-    "sentence": "**时间：** {total}：{parts}。{honesty}",
-    "join": "，",
-    "estimate": "约 {n} 分钟（估计）", "estimate_plus": "约 {n} 分钟，另加计算时间",
-    "reading": "阅读 {n} 分钟（英文原文 {words} 词，按每分钟 {wpm} 词计）",
-    "code": "读给定代码 {n} 分钟（{what}）", "code_join": "；",
-    "modules": "模块 {lines} 行，按每分钟 {rate} 行计",
-    "cells": "单元格中 {lines} 行，按每分钟 {rate} 行计",
-    "predict": "预测 {n} 分钟（{count} 个问题，每个 {each} 分钟）",
-    "exercises": "练习 {n} 分钟（各练习标题中的估计）",
-    "measured": "计算 {n} 分钟（完整模式，{date} 在 {on} 上测得{shared}{quick}）",
-    "shared": "，当时机器与其他任务共用，负载 {load:.0f}",
-    "quick": "；快速模式 {q:.0f} 秒",
-    "unmeasured": "计算时间尚未测量（`labkit measure-labs`）",
-    "honesty": "词数、行数和计算时间是测量的；速率和练习时间是估计。",
-    "room": "**时间：** 约 {n} 分钟，在一个课堂里测得：{learners} 位学员"
-            "从准备单元格到最后一个检查所用时间的中位数（{low}–{high} 分钟，"
-            "{date}）；模型原来的估计是 {estimate} 分钟。",
-    "appendix": "附录另有约 {n} 分钟的阅读，供自学。"}}
+              "its reading computed from this translation, the rest from the English "
+              "notebook.")
+# The learner edition's stubs per language: nbgrader's English marker kept (what
+# graders and nbgrader's docs search for), its meaning added; the same
+# NotImplementedError, which the checks read as "not done yet".
+_STUBS = {"zh_CN": (["# YOUR CODE HERE（在这里写你的代码）", "raise NotImplementedError()"],
+                    ["YOUR ANSWER HERE（在这里写下你的答案）"])}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,19 +78,67 @@ def catalogs(locale_dir) -> list[tuple[str, str, Path]]:
             if _LANG.match(p.parent.parent.name) and p.stem != RUNTIME_DOMAIN]
 
 
+_LABEL_NOTE = ("A label the notebook's code uses as data too (metadata.labkit.labels): "
+               "it is translated the same in every code cell where it stands.")
+_CODE_NOTE = ("What this code shows the learner (a print, a label, a docstring). Keep "
+              "every {field} exactly as it is; the code around it is not translated:")
+
+
+def _code_note(source: str, literal) -> str:
+    """The translator's note of a code string: the line(s) it stands on."""
+    first = source.rfind("\n", 0, literal.start) + 1
+    last = source.find("\n", literal.end)
+    return f"{_CODE_NOTE}\n{source[first:last if last != -1 else len(source)]}"
+
+
 def _msgids(english) -> list[tuple[str, str, str]]:
-    """Return (cell id, msgid, translator's note) for each markdown cell."""
+    """Return (msgctxt, msgid, translator's note): one per markdown cell (msgctxt: the
+    cell id), and one per learner-facing string of a code cell (msgctxt: the cell id
+    and " code"; coursetools.code_strings finds them)."""
     nb = nbformat.from_dict(english)
     sentence = times.time_sentence(nb) if times.apply_header(nb) else None
-    wanted = []
+    labels = _labels(nb)
+    wanted = [(LABELS, label, _LABEL_NOTE) for label in labels]
     for index, cell in enumerate(nb.cells):
+        key = cell.get("id", f"cell-{index}")
+        if cell.cell_type == "code":
+            seen = set(labels)
+            for literal in code_strings.strings(cell.source, labels):
+                if literal.text not in seen:
+                    seen.add(literal.text)
+                    wanted.append((key + CODE, literal.text,
+                                   _code_note(cell.source, literal)))
+            continue
         if cell.cell_type != "markdown" or not cell.source.strip():
             continue
         text, note = cell.source, ""
         if index == 0 and sentence and sentence in text:
             text, note = text.replace(sentence, TIME_TOKEN, 1), _TIME_NOTE
-        wanted.append((cell.get("id", f"cell-{index}"), text, note))
+        wanted.append((key, text, note))
     return wanted
+
+
+def _labels(nb) -> list[str]:
+    """The notebook's declared labels: strings its code uses as data and the learner
+    reads (``metadata.labkit.labels``), one catalog entry each for all its cells."""
+    return list(dict.fromkeys(nb.metadata.get("labkit", {}).get("labels", [])))
+
+
+def _key(entry) -> tuple | str:
+    """How an entry is found again: a markdown cell's by its id, a code string's by
+    its cell and its text (a cell has several)."""
+    return (entry.msgctxt, entry.msgid) if entry.msgctxt.endswith(CODE) else entry.msgctxt
+
+
+def _closest(unmatched: dict, msgctxt: str, msgid: str):
+    """Take the unmatched entry of the same code cell whose English is most like
+    ``msgid`` (a string that was edited), or None when none is close."""
+    import difflib
+
+    scored = [(difflib.SequenceMatcher(None, msgid, key[1]).ratio(), key)
+              for key in unmatched if isinstance(key, tuple) and key[0] == msgctxt]
+    best = max(scored, default=(0.0, None))
+    return unmatched.pop(best[1]) if best[0] >= 0.6 else None
 
 
 def _new_catalog(lang: str, name: str):
@@ -147,10 +186,13 @@ def update(po_path, english, lang: str, name: str) -> dict:
 
     po_path = Path(po_path)
     po = polib.pofile(str(po_path)) if po_path.exists() else _new_catalog(lang, name)
-    by_cell = {entry.msgctxt: entry for entry in po}
+    by_cell = {_key(entry): entry for entry in po}
     entries, new = [], 0
     for cell, msgid, note in _msgids(english):
-        entry = by_cell.pop(cell, None)
+        if cell.endswith(CODE):
+            entry = by_cell.pop((cell, msgid), None) or _closest(by_cell, cell, msgid)
+        else:
+            entry = by_cell.pop(cell, None)
         if entry is None:
             entry, new = polib.POEntry(msgctxt=cell, msgid=msgid, msgstr=""), new + 1
         _merge(entry, msgid)
@@ -177,13 +219,7 @@ def _save_merged(po, po_path: Path, entries: list, gone, new: int) -> dict:
             "obsolete": len(entries) - live}
 
 
-def time_sentence(nb, lang: str) -> str:
-    """Return the header's Time sentence in ``lang``: the English one's numbers, in
-    that language's words (English where there are none yet)."""
-    return times.time_sentence(nb, _TIME_TEXT.get(lang, times.TEXT))
-
-
-def _entry_problem(entry, msgid: str) -> str | None:
+def _entry_problem(entry, msgid: str, outputs=()) -> str | None:
     """Say why an entry cannot stand for its English cell; None when it can."""
     if entry is None:
         return "no entry in the catalog (a new cell)"
@@ -195,13 +231,17 @@ def _entry_problem(entry, msgid: str) -> str | None:
         return "the entry is untranslated"
     if TIME_TOKEN in msgid and TIME_TOKEN not in entry.msgstr:
         return f"the translation lost {TIME_TOKEN} (the Time sentence goes there)"
-    return fidelity_problem(msgid, entry.msgstr)
+    return fidelity_problem(msgid, entry.msgstr, outputs)
 
 
 # What a translation keeps verbatim: code blocks, code spans, formulas, link and image
 # targets, and the number of headings (the book's table of contents and the lab's
 # section numbers come from them). Code and API names stay English (TERMINOLOGY.md).
+# A diagram (a ```text block, or one with no language) may change its words: it keeps
+# its shape, the lines and the drawing characters on each.
 _FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+_DIAGRAM_INFO = {"", "text"}
+_DRAWING = re.compile(r"[─-╿▀-▟■-◿←-⇿|+<>^*=_/\\-]")   # box, block, shape, arrow, ASCII
 _SPAN = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)", re.S)   # a span may wrap lines
 _MATH = re.compile(r"\$\$.+?\$\$|\$[^$\n]+\$", re.S)
 _TARGET = re.compile(r"\]\(([^)\s]+)")
@@ -209,22 +249,39 @@ _HEADING = re.compile(r"^#{1,6} ", re.M)
 _WORDS = re.compile(r"\\text\{[^}]*\}")   # a formula's words may be translated
 
 
+def _shape(block: str) -> str:
+    """A diagram's shape: one line of its drawing characters per line of it."""
+    return "\n".join("".join(_DRAWING.findall(line)) for line in block.splitlines())
+
+
+def _is_diagram(block: str) -> bool:
+    return block.split("\n", 1)[0][3:].strip().lower() in _DIAGRAM_INFO
+
+
 def _kept_parts(text: str) -> dict:
-    fences = _FENCE.findall(text)
+    found = _FENCE.findall(text)
+    fences = [block for block in found if not _is_diagram(block)]
     prose = _FENCE.sub("", text)
-    return {"code block": fences, "code span": [" ".join(m.group(2).split())   # rewrapped: same span
+    return {"code block": fences,
+            "diagram (its lines and drawing characters)": [
+                _shape(block) for block in found if _is_diagram(block)],
+            "code span": [" ".join(m.group(2).split())   # rewrapped: same span
                                         for m in _SPAN.finditer(prose)],
             "formula": [_WORDS.sub(r"\\text{}", f) for f in _MATH.findall(_SPAN.sub("", prose))],
             "link target": _TARGET.findall(prose)}
 
 
-def fidelity_problem(msgid: str, msgstr: str) -> str | None:
+def fidelity_problem(msgid: str, msgstr: str, outputs=()) -> str | None:
     """Say what of the English a translation lost (None when it kept everything):
     each code block, code span, formula and link target of ``msgid`` must appear in
-    ``msgstr``, and both must have the same number of headings."""
+    ``msgstr``, each diagram keeps its shape (its words may change), and both must
+    have the same number of headings. A code span that quotes a line the course
+    prints may become the translated line (``outputs``: coursetools.quoted_outputs)."""
     english, translated = _kept_parts(msgid), _kept_parts(msgstr)
     for kind, parts in english.items():
-        missing = [part for part in dict.fromkeys(parts) if part not in translated[kind]]
+        missing = [part for part in dict.fromkeys(parts) if part not in translated[kind]
+                   and not (kind == "code span" and outputs and quoted_outputs.
+                            translated_span(part, translated[kind], outputs))]
         if missing:
             return f"the translation lost the {kind} {missing[0]!r}"
     headings = len(_HEADING.findall(_FENCE.sub("", msgid)))
@@ -233,27 +290,93 @@ def fidelity_problem(msgid: str, msgstr: str) -> str | None:
     return None
 
 
-def translate(english, po, lang: str, po_path) -> tuple:
-    """Return (translated notebook, problems): markdown from ``po``, the rest as is."""
+def translate(english, po, lang: str, po_path, outputs=()) -> tuple:
+    """Return (translated notebook, problems): the markdown and the code cells'
+    strings from ``po``, the rest as is (``outputs``: the edition's printed lines,
+    which a translated code span may quote)."""
     nb = nbformat.from_dict(english)
     name = f"{Path(po_path).stem}.ipynb"
-    entries = {e.msgctxt: e for e in po if not e.obsolete}
-    msgids = {cell: msgid for cell, msgid, _ in _msgids(english)}
-    problems = []
+    entries = {_key(e): e for e in po if not e.obsolete}
+    msgids = {cell: msgid for cell, msgid, _ in _msgids(english) if not cell.endswith(CODE)}
+    labels, problems = _translated_labels(english, entries, Path(po_path), name)
     for index, cell in enumerate(nb.cells):
         key = cell.get("id", f"cell-{index}")
+        if cell.cell_type == "code":
+            problems += _translate_code(cell, key, entries, Path(po_path), name,
+                                        labels)
+            continue
         if key not in msgids:
             continue
         entry = entries.pop(key, None)
-        why = _entry_problem(entry, msgids[key])
+        why = _entry_problem(entry, msgids[key], outputs)
         if why:
             problems.append(Problem(Path(po_path), name, key, why))
         else:
-            cell.source = entry.msgstr.replace(TIME_TOKEN, time_sentence(english, lang))
-    problems += [Problem(Path(po_path), name, key, "its cell no longer exists")
+            cell.source = entry.msgstr
+    if nb.cells and TIME_TOKEN in nb.cells[0].source:   # read from the translation
+        nb.cells[0].source = nb.cells[0].source.replace(
+            TIME_TOKEN, time_sentence(english, lang, nb))
+    problems += [Problem(Path(po_path), name, key if isinstance(key, str) else key[0],
+                         "its cell no longer exists" if isinstance(key, str)
+                         else f"its string {key[1]!r} is no longer in the code")
                  for key in entries]
     nb.metadata.setdefault("labkit", {})["lang"] = lang
     return nb, problems
+
+
+def _translated_labels(english, entries: dict, po_path: Path, name: str) -> tuple:
+    """Return ({label: translation} of the usable ones, problems): a declared label
+    must be in the code, and its entry translated."""
+    labels, problems = {}, []
+    code = [c.source for c in english.cells if c.cell_type == "code"]
+    for label in _labels(english):
+        entry = entries.pop((LABELS, label), None)
+        why = ("the notebook declares it (metadata.labkit.labels) but no code cell has "
+               "it" if not any(label in source for source in code)
+               else _entry_problem(entry, label))
+        if why:
+            problems.append(Problem(po_path, name, "labels",
+                                    f"{why} (label {label!r})"))
+        else:
+            labels[label] = entry.msgstr
+    return labels, problems
+
+
+def _translate_code(cell, key: str, entries: dict, po_path: Path, name: str,
+                    labels: dict) -> list:
+    """Write a code cell's translated strings in place; return the problems (each
+    string without a usable translation keeps its English)."""
+    done, problems = {}, []
+    for literal in code_strings.strings(cell.source, labels):
+        if literal.text in labels:
+            why = code_strings.field_problem(literal.text, labels[literal.text],
+                                             literal)
+            if why:
+                problems.append(Problem(po_path, name, key, why))
+            else:
+                done[literal.text] = labels[literal.text]
+        if literal.text in done:
+            continue
+        entry = entries.pop((key + CODE, literal.text), None)
+        why = (_entry_problem(entry, literal.text)
+               or code_strings.field_problem(literal.text, entry.msgstr, literal))
+        if why:
+            problems.append(Problem(po_path, name, key, f"{why} (string "
+                                    f"{literal.text[:60]!r})"))
+        else:
+            done[literal.text] = entry.msgstr
+    translated = code_strings.replace(cell.source, done, labels)
+    broken = done and code_strings.syntax_problem(translated)
+    if broken:                  # a safety net: field_problem should have said why
+        return problems + [Problem(po_path, name, key, f"the translated code does not "
+                                   f"parse ({broken}); the cell keeps its English")]
+    cell.source = translated
+    return problems
+
+
+def _printed(locale: Path, lang: str) -> list:
+    """The ``lang`` edition's printed lines: labkit's and the code cells'."""
+    return quoted_outputs.outputs(locale, lang, runtime_catalog(locale, lang))
 
 
 def _orphans(solutions_dir: Path, labs_dir: Path, wanted: set) -> list[Path]:
@@ -273,8 +396,9 @@ def build_translations(english: dict, solutions_dir, labs_dir, check: bool) -> l
     import polib
 
     solutions_dir, labs_dir = Path(solutions_dir), Path(labs_dir)
-    changed, problems, wanted = [], [], set()
-    for lang, stem, po_path in catalogs(solutions_dir.parent / LOCALE):
+    changed, problems, wanted, printed = [], [], set(), {}
+    locale = solutions_dir.parent / LOCALE
+    for lang, stem, po_path in catalogs(locale):
         name = f"{stem}.ipynb"
         if name not in english:
             problems.append(Problem(po_path, name, "-", f"no solutions/{name} to "
@@ -286,9 +410,11 @@ def build_translations(english: dict, solutions_dir, labs_dir, check: bool) -> l
             problems.append(Problem(po_path, name, "-", f"cannot be read: {err}"))
             wanted |= {solutions_dir / lang / name, labs_dir / lang / name}
             continue
-        solution, found = translate(english[name], po, lang, po_path)
+        solution, found = translate(english[name], po, lang, po_path,
+                                    printed.setdefault(lang, _printed(locale, lang)))
         problems += found
-        lab = make_lab(solution, f"{lang}/{name}")
+        lab = make_lab(solution, f"{lang}/{name}",
+                       _STUBS.get(lang, (CODE_STUB, TEXT_STUB)))
         for target, notebook in ((solutions_dir / lang / name, solution),
                                  (labs_dir / lang / name, lab)):
             wanted.add(target)

@@ -53,11 +53,13 @@ def strip_solutions(source: str, stub: list[str], where: str = "") -> tuple[str,
     return "\n".join(out), replaced
 
 
-def make_lab(solution: nbformat.NotebookNode, name: str = "") -> nbformat.NotebookNode:
-    """Return the learner version of a solution notebook (a new object)."""
+def make_lab(solution: nbformat.NotebookNode, name: str = "",
+             stubs: tuple = (CODE_STUB, TEXT_STUB)) -> nbformat.NotebookNode:
+    """Return the learner version of a solution notebook (a new object); ``stubs``:
+    the (code, text) stubs, a translated edition's own."""
     lab = nbformat.from_dict(solution)
     for index, cell in enumerate(lab.cells):
-        stub = CODE_STUB if cell.cell_type == "code" else TEXT_STUB
+        stub = stubs[0] if cell.cell_type == "code" else stubs[1]
         cell.source, _ = strip_solutions(cell.source, stub, f"{name} cell {index}")
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None

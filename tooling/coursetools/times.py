@@ -167,18 +167,19 @@ def _compute_part(measured: dict | None, m: dict, text: dict) -> str:
     if not measured:
         return text["unmeasured"]
     quick = measured.get("quick_mode_s")
+    on = text.get("machine", str)(measured["on"])   # an edition names it in its words
     return text["measured"].format(
-        n=m["compute"], on=measured["on"], date=measured["date"],
+        n=m["compute"], on=on, date=measured["date"],
         shared=(text["shared"].format(load=measured["load"]) if _shared(measured)
                 else ""),
         quick=text["quick"].format(q=quick) if quick is not None else "")
 
 
-def _model_parts(nb, m: dict, text: dict) -> list[str]:
-    core, _ = word_counts(nb)
+def _model_parts(nb, m: dict, text: dict, reading: dict | None) -> list[str]:
+    count, rate = ((reading["count"], reading["rate"]) if reading
+                   else (word_counts(nb)[0], WORDS_PER_MINUTE))
     modules, cells = code_lines(nb)
-    parts = [text["reading"].format(n=m["reading"], words=f"{core:,}",
-                                    wpm=WORDS_PER_MINUTE)]
+    parts = [text["reading"].format(n=m["reading"], words=f"{count:,}", wpm=rate)]
     what = ([text["modules"].format(lines=modules, rate=MODULE_LINES_PER_MINUTE)]
             if modules else []) + ([text["cells"].format(
                 lines=cells, rate=CELL_LINES_PER_MINUTE)] if cells else [])
@@ -193,10 +194,17 @@ def _model_parts(nb, m: dict, text: dict) -> list[str]:
     return parts + [_compute_part(measured, m, text)]
 
 
-def time_sentence(nb, text: dict = TEXT) -> str:
-    """Return the header's ``**Time:**`` sentence for a notebook (``text``: the
-    wording, English unless coursetools.i18n passes another language's)."""
+def time_sentence(nb, text: dict = TEXT, reading: dict | None = None) -> str:
+    """Return the header's ``**Time:**`` sentence for a notebook.
+
+    ``text`` is the wording, English unless a translated edition passes its own
+    (coursetools.edition_time); ``reading`` replaces the reading part with that
+    edition's own (``minutes``, ``appendix``, the ``count`` of its text and the
+    ``rate``, in its units): the rest of the model is the same in every edition.
+    """
     m = minutes(nb)
+    if reading:
+        m = _with_reading(m, reading, room_figure(nb))
     room = room_figure(nb)
     if room:
         low, high = room["range"]
@@ -208,10 +216,20 @@ def time_sentence(nb, text: dict = TEXT) -> str:
         total = (text["estimate"] if measured else text["estimate_plus"]).format(
             n=m["estimate"])
         sentence = text["sentence"].format(
-            total=total, parts=text["join"].join(_model_parts(nb, m, text)),
+            total=total, parts=text["join"].join(_model_parts(nb, m, text, reading)),
             honesty=text["honesty"])
     appendix = text["appendix"].format(n=m["appendix"]) if m["appendix"] else ""
     return sentence + appendix
+
+
+def _with_reading(m: dict, reading: dict, room: dict | None) -> dict:
+    """The parts ``m`` with another edition's reading, and its estimate added up again."""
+    m = dict(m, reading=reading["minutes"], appendix=reading["appendix"])
+    m["estimate"] = sum(m[k] or 0 for k in ("reading", "code", "predict", "exercises",
+                                            "compute"))
+    if not room:
+        m["total"] = m["estimate"]
+    return m
 
 
 def apply_header(nb) -> bool:

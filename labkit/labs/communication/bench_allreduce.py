@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 from labkit import hardware, launch
 from labkit.labs.communication import comm_model
+from labkit.messages import _   # what allreduce_on_link prints reaches lab 06
 
 __all__ = ["time_allreduce", "sizes_up_to", "allreduce", "allreduce_on_link",
            "LINK_TOLERANCE"]
@@ -136,9 +137,10 @@ def allreduce_on_link(profile="1gbe", max_bytes: int = HEADLINE_BYTES, rate=None
                                           ([n for n in sizes if n >= 2**22], 5)) if g]
     with cluster.Cluster(2, profile, rate, delay, verbose=False) as box:
         shaped = box.link
-        print(f"all-reduce of float32 tensors, 4 B to {max_bytes:,} B, 2 gloo ranks on "
-              f"2 nodes ({box.describe()}); 20 timed calls per size (5 from 4 MiB), "
-              "after 3 warm-up calls and a barrier.")
+        print(_("all-reduce of float32 tensors, 4 B to {max_bytes:,} B, 2 gloo ranks "
+                "on 2 nodes ({cluster}); 20 timed calls per size (5 from 4 MiB), after "
+                "3 warm-up calls and a barrier.").format(max_bytes=max_bytes,
+                                                          cluster=box.describe()))
         ranks = box.launch(_samples, args=(groups,), timeout=300)
         delay_shaped = box.delay_shaped
     # The slowest rank decides when a collective is done everywhere.
@@ -146,38 +148,46 @@ def allreduce_on_link(profile="1gbe", max_bytes: int = HEADLINE_BYTES, rate=None
     best = {n: max(min(r[n]) for r in ranks) for n in sizes}
     fit = comm_model.fit_alpha_beta(times)
     comm_model.table(times, 2, fit)
-    print(f"alpha-beta fit (every size, medians): {fit}")
+    print(_("alpha-beta fit (every size, medians): {fit}").format(fit=fit))
     large = [n for n in sizes if n >= BANDWIDTH_FROM]
     large = large if len(large) >= 2 else sizes[-2:]
     link_fit = comm_model.fit_alpha_beta({n: best[n] for n in large})
-    print(f"the link's beta, from {large[0]:,} B on (best calls): "
-          f"{link_fit.beta / 1e9:.4f} GB/s")
+    print(_("the link's beta, from {size:,} B on (best calls): {gbytes:.4f} GB/s")
+          .format(size=large[0], gbytes=link_fit.beta / 1e9))
     report = {"times": times, "best": best, "fit": fit, "link_fit": link_fit,
               "profile": shaped.name, "shaped_bytes_per_s": shaped.bytes_per_s,
               "delay_s": shaped.delay_s, "delay_shaped": delay_shaped, "error": None,
               "within": None, "tolerance": LINK_TOLERANCE}
     if shaped.bytes_per_s is None:
-        beta = f"beta {link_fit.beta / 1e9:.3f} GB/s (rate not shaped)"
+        beta = _("beta {gbytes:.3f} GB/s (rate not shaped)").format(
+            gbytes=link_fit.beta / 1e9)
     else:
         error = link_fit.beta / shaped.bytes_per_s - 1
         report.update(error=error, within=abs(error) <= LINK_TOLERANCE)
-        print(f"TCP/IP headers take {1 - PAYLOAD_SHARE:.1%} of the shaped rate: the "
-              f"payload can reach {shaped.bytes_per_s * PAYLOAD_SHARE / 1e9:.3f} GB/s.")
+        print(_("TCP/IP headers take {share:.1%} of the shaped rate: the payload can "
+                "reach {gbytes:.3f} GB/s.").format(
+                    share=1 - PAYLOAD_SHARE,
+                    gbytes=shaped.bytes_per_s * PAYLOAD_SHARE / 1e9))
         if error < -LINK_TOLERANCE:
-            print("beta is well below the shaped rate: this machine's gloo cannot "
-                  "fill the link (`labkit bench allreduce` without --link measures "
-                  "what it can); the CPUs, not the link, are the limit.")
-        beta = (f"beta {link_fit.beta / 1e9:.3f} GB/s vs shaped "
-                f"{shaped.bytes_per_s / 1e9:.3f} GB/s ({error:+.1%}, tolerance "
-                f"±{LINK_TOLERANCE:.0%})")
+            print(_("beta is well below the shaped rate: this machine's gloo cannot "
+                    "fill the link (`labkit bench allreduce` without --link measures "
+                    "what it can); the CPUs, not the link, are the limit."))
+        beta = _("beta {gbytes:.3f} GB/s vs shaped {shaped:.3f} GB/s ({error:+.1%}, "
+                 "tolerance ±{tolerance:.0%})").format(
+                     gbytes=link_fit.beta / 1e9, shaped=shaped.bytes_per_s / 1e9,
+                     error=error, tolerance=LINK_TOLERANCE)
     if delay_shaped:
-        alpha = (f"alpha {fit.alpha * 1e6:.0f} us, the link adds 2 x "
-                 f"{shaped.delay_s * 1e6:g} us (2 ranks: 2 one-way hops)")
+        alpha = _("alpha {alpha_us:.0f} us, the link adds 2 x {delay_us:g} us "
+                  "(2 ranks: 2 one-way hops)").format(alpha_us=fit.alpha * 1e6,
+                                            delay_us=shaped.delay_s * 1e6)
+    elif shaped.delay_s:
+        alpha = _("alpha {alpha_us:.0f} us (no delay shaped: no netem in this kernel; "
+                  "gloo's and the CPUs' own latency)").format(alpha_us=fit.alpha * 1e6)
     else:
-        alpha = (f"alpha {fit.alpha * 1e6:.0f} us (no delay shaped"
-                 f"{': no netem in this kernel' if shaped.delay_s else ''}; gloo's "
-                 "and the CPUs' own latency)")
-    print(f"allreduce on {shaped.name}: {beta}; {alpha}")
+        alpha = _("alpha {alpha_us:.0f} us (no delay shaped; gloo's and the CPUs' own "
+                  "latency)").format(alpha_us=fit.alpha * 1e6)
+    print(_("allreduce on {link}: {beta}; {alpha}").format(link=shaped.name, beta=beta,
+                                                           alpha=alpha))
     return report
 
 

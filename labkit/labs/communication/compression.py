@@ -224,11 +224,11 @@ def hook_pitfalls(ctx) -> dict:
         return bucket.buffer()
 
     return {
-        "registered twice": _error_of(lambda: step_with(default_hooks.allreduce_hook,
-                                                         twice=True)),
-        "future of the work": _error_of(lambda: step_with(work_future)),
-        "tensor returned": _error_of(lambda: step_with(a_tensor)),
-        "PowerSGD from step 1": _error_of(lambda: powersgd.PowerSGDState(
+        _("registered twice"): _error_of(
+            lambda: step_with(default_hooks.allreduce_hook, twice=True)),
+        _("future of the work"): _error_of(lambda: step_with(work_future)),
+        _("tensor returned"): _error_of(lambda: step_with(a_tensor)),
+        _("PowerSGD from step 1"): _error_of(lambda: powersgd.PowerSGDState(
             None, start_powerSGD_iter=1)),
-        "averaging period 1": _error_of(lambda: averagers.PeriodicModelAverager(1)),
+        _("averaging period 1"): _error_of(lambda: averagers.PeriodicModelAverager(1)),
     }

@@ -64,9 +64,11 @@ def compression_on_link(profile="1gbe", specs=("allreduce", "powersgd-1"),
                 "link {gbytes_per_s:g} GB/s; real link {link}").format(
                     width=cfg.width, steps=cfg.steps,
                     gbytes_per_s=cfg.slow_link_gbytes_per_s, link=chosen.describe()))
-        # the column names are the rows' fields (kept English, as in the returned dict)
-        print(f"{'hook':<12}{'bytes/step':>12}{'on the wire':>13}{'local':>9}"
-              f"{'emulated':>10}{'real link':>11}   " + _("(ms per step)"))
+        names = [_("hook"), _("bytes/step"), _("on the wire"), _("local"),
+                 _("emulated"), _("real link")]
+        print(f"{names[0]:<12}" + "".join(f"{name:>{width}}" for name, width in
+                                          zip(names[1:], (12, 13, 9, 10, 11)))
+              + "   " + _("(ms per step)"))
         for r in rows:
             real_ms = f"{r['real_ms']:>11.1f}" if r["real_ms"] is not None else \
                 f"{'-':>11}"

@@ -32,13 +32,7 @@ __all__ = ["use_reference", "solved", "has_passed",
 TOLERANCE = 1e-5   # sharded vs DDP, every parameter (measured here: 0.0)
 CONFIG = sharded.TrainConfig(steps=4, global_batch=32, width=32, depth=3)
 _KIND_SHARDED_FROM = {"optimizer states": 1, "gradients": 2, "parameters": 3}
-_KIND_NAMES = {"optimizer states": N_("optimizer states"), "gradients": N_("gradients"),
-               "parameters": N_("parameters")}   # sharding_memory.KINDS, as said
-
-
-def _kind_name(kind: str) -> str:
-    """One of sharding_memory.KINDS in the learner's language."""
-    return _(_KIND_NAMES[kind]) if kind in _KIND_NAMES else kind
+_kind_name = sharding_memory.kind_name   # one of KINDS in the learner's language
 
 
 # ---------------------------------------------------------------- exercise 7.1

@@ -12,10 +12,19 @@ from torch.distributed.tensor import DTensor
 
 from labkit.messages import N_, _
 
-__all__ = ["KINDS", "STAGES", "zero_bytes_per_rank", "state_bytes", "per_gpu_bytes",
-           "transformer_activation_bytes", "MODEL_SHAPES", "H200_TORCH_GIB"]
+__all__ = ["KINDS", "kind_name", "STAGES", "zero_bytes_per_rank", "state_bytes",
+           "per_gpu_bytes", "transformer_activation_bytes", "MODEL_SHAPES",
+           "H200_TORCH_GIB"]
 
 KINDS = ("parameters", "gradients", "optimizer states")
+_KIND_NAMES = {"parameters": N_("parameters"), "gradients": N_("gradients"),
+               "optimizer states": N_("optimizer states")}   # KINDS, as said
+
+
+def kind_name(kind: str) -> str:
+    """One of KINDS as the learner reads it (a legend, a hint), in their language;
+    the keys themselves stay English (the exercises return them)."""
+    return _(_KIND_NAMES[kind]) if kind in _KIND_NAMES else kind
 # Shown in the learner's language where they are used: _(STAGES[stage]).
 STAGES = {0: N_("DDP: nothing sharded"), 1: N_("ZeRO-1: optimizer states sharded"),
           2: N_("ZeRO-2: + gradients sharded"),
