@@ -4,7 +4,8 @@ device-resident fast path.
 Taught in: lab 01 (data loading as a bottleneck); every later lab reuses ``DeviceData``.
 Files live in ``$LABKIT_DATA/MNIST/raw/`` (torchvision's layout; default ``data/`` at
 the repository root). They come from torchvision's hosts, or from where the learner
-says (``prepare(source=...)``, ``labkit data prepare --from``, ``$LABKIT_MNIST_MIRROR``):
+says (``prepare(source=...)``, ``labkit data prepare --from``,
+``$LABKIT_MNIST_MIRROR``):
 a folder holding the four original ``.gz`` files, or a mirror's URL; either way each
 file is MD5-checked against torchvision's list. Nothing here substitutes synthetic data
 when files are missing.
@@ -41,7 +42,8 @@ __all__ = [
 ]
 
 MEAN, STD = 0.1307, 0.3081  # MNIST pixel mean and std, as in pytorch/examples
-DATA_ENV, OFFLINE_ENV, MIRROR_ENV = "LABKIT_DATA", "LABKIT_OFFLINE", "LABKIT_MNIST_MIRROR"
+DATA_ENV, OFFLINE_ENV = "LABKIT_DATA", "LABKIT_OFFLINE"
+MIRROR_ENV = "LABKIT_MNIST_MIRROR"   # a folder or a URL holding the four .gz files
 
 
 class DataError(RuntimeError):
@@ -172,7 +174,8 @@ def _fetch(source: str, raw: Path, missing: list[str]) -> None:
                               "files.").format(name=name, folder=folder))
         if not check_integrity(str(found), md5s[name]):
             raise DataError(_("{path} is not the original file: its MD5 is not "
-                              "torchvision's {md5}.").format(path=found, md5=md5s[name]))
+                              "torchvision's {md5}.").format(path=found,
+                                                             md5=md5s[name]))
         shutil.copyfile(found, raw / f"{name}.part")
         os.replace(raw / f"{name}.part", raw / name)
 

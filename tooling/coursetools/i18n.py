@@ -35,6 +35,7 @@ __all__ = ["TIME_TOKEN", "Problem", "catalogs", "update", "translate", "fidelity
 
 LOCALE = "locale"                  # next to solutions/
 RUNTIME_DOMAIN = "labkit"          # reserved: labkit's own messages, not a notebook
+GUIDE_DOMAIN = "INSTRUCTORS"       # reserved: INSTRUCTORS.md (coursetools.guides)
 TIME_TOKEN = "{{labkit.time}}"
 REFRESH = "`labkit i18n update`"
 _LANG = re.compile(r"^[a-z]{2,3}_[A-Z]{2}$")
@@ -84,7 +85,8 @@ def catalogs(locale_dir) -> list[tuple[str, str, Path]]:
     """Return (language, notebook stem, path) of every notebook catalog."""
     paths = sorted(Path(locale_dir).glob("*/LC_MESSAGES/*.po"))
     return [(p.parent.parent.name, p.stem, p) for p in paths
-            if _LANG.match(p.parent.parent.name) and p.stem != RUNTIME_DOMAIN]
+            if _LANG.match(p.parent.parent.name)
+            and p.stem not in (RUNTIME_DOMAIN, GUIDE_DOMAIN)]
 
 
 def _msgids(english) -> list[tuple[str, str, str]]:
