@@ -30,6 +30,13 @@ FROM quay.io/jupyter/pytorch-notebook:x86_64-cuda12-2026-02-09
 # GPU lane's `docker build` is what checks the index it is given.
 ARG TORCH_INDEX=https://pypi.org/simple
 ARG GRADED=0
+# Where everything else comes from (pip reads PIP_INDEX_URL): PyPI, or a mirror of it,
+# e.g. --build-arg PIP_INDEX_URL=https://pypi.tuna.tsinghua.edu.cn/simple (and the same
+# for TORCH_INDEX: the mirror holds PyPI's torch). MNIST comes from torchvision's hosts
+# unless LABKIT_MNIST_MIRROR names a mirror's URL (labkit data prepare --from). Mirrors
+# cannot be reached from the course's development machines: book/zh_CN/setup.md.
+ARG PIP_INDEX_URL=https://pypi.org/simple
+ARG LABKIT_MNIST_MIRROR=
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 

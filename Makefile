@@ -11,15 +11,28 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: lab test labs bench book clean
 
+# Where the packages come from. pip reads its own variables from the environment:
+#   make lab PIP_INDEX_URL=https://pypi.tuna.tsinghua.edu.cn/simple   (a PyPI mirror)
+# TORCH_INDEX, when set, is where torch and torchvision (the pinned versions) come
+# from, before the rest; CPU-only wheels (no CUDA libraries: a few hundred MB instead
+# of several GB; that index cannot be reached from the development machines):
+#   make lab TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# book/zh_CN/setup.md (installing from inside China) and book/setup.md say more.
+TORCH_INDEX ?=
+TORCH_PINS := grep -E '^(torch|torchvision)==' env/requirements.txt
+
 # The runtime and the labs' rooms (labkit), and the course tooling (coursetools, in
 # tooling/: build-labs, i18n, the book, times), both editable; the learner image
 # installs labkit alone (Dockerfile).
 $(STAMP): env/requirements.txt pyproject.toml tooling/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(if $(TORCH_INDEX),$(TORCH_PINS) | xargs $(BIN)/python -m pip install --quiet --index-url "$(TORCH_INDEX)")
 	$(BIN)/python -m pip install --quiet -r env/requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e . -e tooling
 	touch $(STAMP)
 
+# MNIST from torchvision's hosts, or from $LABKIT_MNIST_MIRROR (a folder holding the
+# four .gz files, or a mirror's URL): make lab LABKIT_MNIST_MIRROR=~/Downloads/mnist
 lab: $(STAMP)
 	$(BIN)/labkit data prepare || echo "MNIST is not ready yet: the labs will say what to do."
 	$(BIN)/jupyter lab --notebook-dir=. --ServerApp.default_url=/lab/tree/labs $(ROOT_FLAG)

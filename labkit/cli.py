@@ -2,6 +2,7 @@
 
 labkit doctor                 environment and hardware report (lab 00)
 labkit data prepare           download or verify MNIST in $LABKIT_DATA
+labkit data prepare --from X  take MNIST's .gz files from folder X or mirror URL X
 labkit bench NAME             run a benchmark (labkit bench --help lists them)
 labkit bench allreduce --link 1gbe   the same over a shaped link (root)
 labkit lock-references        a graded course's image: drop the reference solutions
@@ -27,7 +28,8 @@ def _doctor(args) -> int:
 def _prepare(args) -> int:
     from labkit import data
 
-    root = data.prepare(args.root, download=False if args.offline else None)
+    root = data.prepare(args.root, download=False if args.offline else None,
+                        source=args.source)
     print(f"MNIST ready in {root / 'MNIST' / 'raw'} (MD5 verified).")
     return 0
 
@@ -93,6 +95,11 @@ def _parser() -> argparse.ArgumentParser:
         "--root", default=None, help="data folder (default $LABKIT_DATA)"
     )
     prepare.add_argument("--offline", action="store_true", help="never download")
+    prepare.add_argument(
+        "--from", dest="source", default=None, metavar="FOLDER_OR_URL",
+        help="a folder holding the four original .gz files, or a mirror's URL "
+        "(default $LABKIT_MNIST_MIRROR); MD5-checked",
+    )
     prepare.set_defaults(run=_prepare)
     lock = verbs.add_parser("lock-references", help="for a graded course's image: "
                             "drop the reference solutions (checks.use_reference)")

@@ -3,18 +3,25 @@ device-resident fast path.
 
 Taught in: lab 01 (data loading as a bottleneck); every later lab reuses ``DeviceData``.
 Files live in ``$LABKIT_DATA/MNIST/raw/`` (torchvision's layout; default ``data/`` at
-the repository root). Nothing here substitutes synthetic data when files are missing.
+the repository root). They come from torchvision's hosts, or from where the learner
+says (``prepare(source=...)``, ``labkit data prepare --from``,
+``$LABKIT_MNIST_MIRROR``):
+a folder holding the four original ``.gz`` files, or a mirror's URL; either way each
+file is MD5-checked against torchvision's list. Nothing here substitutes synthetic data
+when files are missing.
 """
 
 import fcntl
 import os
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.error import URLError
+from urllib.parse import urlparse
 
 import torch
 from torchvision import datasets, transforms
-from torchvision.datasets.utils import check_integrity
+from torchvision.datasets.utils import check_integrity, download_url
 
 from labkit import hardware
 from labkit.messages import _
@@ -36,6 +43,7 @@ __all__ = [
 
 MEAN, STD = 0.1307, 0.3081  # MNIST pixel mean and std, as in pytorch/examples
 DATA_ENV, OFFLINE_ENV = "LABKIT_DATA", "LABKIT_OFFLINE"
+MIRROR_ENV = "LABKIT_MNIST_MIRROR"   # a folder or a URL holding the four .gz files
 
 
 class DataError(RuntimeError):
@@ -56,8 +64,9 @@ def _raw_folder(root: Path) -> Path:
 def _how_to_fix(raw: Path) -> str:
     names = ", ".join(name for name, _md5 in datasets.MNIST.resources)
     return _(
-        "Run `labkit data prepare` on a machine with internet access, or copy the "
-        "four original files ({names}) into {folder}."
+        "Run `labkit data prepare` on a machine with internet access, or give it "
+        "the four original files ({names}): `labkit data prepare --from FOLDER` (or "
+        "a mirror's URL), or copy them into {folder}."
     ).format(names=names, folder=raw)
 
 
@@ -98,17 +107,20 @@ def _locked(raw: Path):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def prepare(root=None, download: bool | None = None) -> Path:
+def prepare(root=None, download: bool | None = None, source=None) -> Path:
     """Make sure MNIST is in ``root``, MD5-verified and unpacked; return ``root``.
 
-    Downloads through torchvision when files are missing, unless ``download`` is False,
-    ``LABKIT_OFFLINE=1`` is set (tests and CI never touch the network), or this is a
-    rank: ranks never download (N ranks would fetch N copies at once); the notebook
+    Missing files come from ``source`` (default ``$LABKIT_MNIST_MIRROR``): a folder
+    holding the original ``.gz`` files (copied, also offline) or a mirror's URL;
+    without one, from torchvision's hosts. Nothing is downloaded when ``download`` is
+    False, ``LABKIT_OFFLINE=1`` is set (tests and CI never touch the network), or this
+    is a rank: ranks never fetch (N ranks would fetch N copies at once); the notebook
     prepares the data before it launches them (``labkit.begin(mnist=True)``).
     """
     root = Path(root) if root is not None else data_root()
     if download is None:
         download = os.environ.get(OFFLINE_ENV, "") not in {"1", "true", "yes"}
+    source = source or os.environ.get(MIRROR_ENV) or None
     raw = _raw_folder(root)
     if not _missing_files(root) and _unpacked(root):
         return root   # ready: only read (a read-only, shared folder stays untouched)
@@ -121,6 +133,9 @@ def prepare(root=None, download: bool | None = None) -> Path:
                   "the notebook (labkit.begin(mnist=True) does), or `labkit data "
                   "prepare`.").format(folder=raw, missing=", ".join(missing))
             )
+        if missing and source and (_is_folder(source) or download):
+            _fetch(str(source), raw, missing)
+            missing = _missing_files(root)
         if missing and not download:
             raise DataError(
                 _("MNIST is not in {folder} (missing: {missing}) and downloading is "
@@ -129,6 +144,40 @@ def prepare(root=None, download: bool | None = None) -> Path:
             )
         _unpack_or_download(root, raw)
     return root
+
+
+def _is_folder(source) -> bool:
+    return urlparse(str(source)).scheme in ("", "file")
+
+
+def _fetch(source: str, raw: Path, missing: list[str]) -> None:
+    """Copy (a folder) or download (a mirror's URL) the ``missing`` .gz files into
+    ``raw``, each MD5-checked against torchvision's list before it counts."""
+    md5s = dict(datasets.MNIST.resources)
+    if not _is_folder(source):
+        base = source if source.endswith("/") else source + "/"
+        for name in missing:
+            try:
+                download_url(base + name, str(raw), filename=name, md5=md5s[name])
+            except (URLError, OSError, RuntimeError) as err:
+                raise DataError(_("Could not download {url}: {err}. {fix}").format(
+                    url=base + name, err=err, fix=_how_to_fix(raw))) from err
+        return
+    folder = Path(urlparse(source).path if source.startswith("file:") else source
+                  ).expanduser()
+    for name in missing:
+        found = next((p for p in (folder / name, _raw_folder(folder) / name)
+                      if p.is_file()), None)
+        if found is None:
+            raise DataError(_("{name} is not in {folder} (nor in its MNIST/raw/): "
+                              "give the folder that holds the four original .gz "
+                              "files.").format(name=name, folder=folder))
+        if not check_integrity(str(found), md5s[name]):
+            raise DataError(_("{path} is not the original file: its MD5 is not "
+                              "torchvision's {md5}.").format(path=found,
+                                                             md5=md5s[name]))
+        shutil.copyfile(found, raw / f"{name}.part")
+        os.replace(raw / f"{name}.part", raw / name)
 
 
 def _unpacked(root: Path) -> bool:

@@ -55,3 +55,47 @@ def test_build_labs_check_needs_no_torch():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+# Installing from inside China (book/zh_CN/setup.md): a PyPI mirror, CPU-only wheels
+# and MNIST from a folder or a mirror reach the commands `make lab` runs.
+
+def _fake_venv(tmp_path: Path) -> Path:
+    """A venv whose python, labkit and jupyter only log their environment and args."""
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("python", "labkit", "jupyter"):
+        script = bin_dir / name
+        script.write_text(f'#!/bin/sh\necho "{name} $PIP_INDEX_URL '
+                          f'$LABKIT_MNIST_MIRROR $*" >> "{tmp_path}/log"\n')
+        script.chmod(0o755)
+    return tmp_path / "venv"
+
+
+def _make(tmp_path: Path, *arguments: str) -> list[str]:
+    venv = _fake_venv(tmp_path)
+    done = subprocess.run(["make", f"VENV={venv}", *arguments], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return (tmp_path / "log").read_text().splitlines()
+
+
+def test_make_lab_takes_a_pypi_mirror_and_the_cpu_wheels(tmp_path):
+    """Do PIP_INDEX_URL and TORCH_INDEX reach every pip install of `make lab`?"""
+    mirror = "https://pypi.tuna.tsinghua.edu.cn/simple"
+    cpu = "https://download.pytorch.org/whl/cpu"
+    log = _make(tmp_path, "lab", f"PIP_INDEX_URL={mirror}", f"TORCH_INDEX={cpu}",
+                "LABKIT_MNIST_MIRROR=/srv/mnist")
+    pips = [line for line in log if line.startswith("python ")]
+    assert len(pips) == 3 and all(f"python {mirror} " in line for line in pips)
+    assert pips[0].endswith(f"--index-url {cpu} torch==2.14.1 torchvision==0.29.1")
+    assert "-r env/requirements.txt" in pips[1]       # the rest, after torch
+    prepare = next(line for line in log if line.startswith("labkit "))
+    assert prepare == f"labkit {mirror} /srv/mnist data prepare"
+
+
+def test_make_lab_without_settings_installs_from_pypi(tmp_path):
+    """Without TORCH_INDEX, is there one install of the pins and no index of its own?"""
+    log = _make(tmp_path, "lab", "PIP_INDEX_URL=", "LABKIT_MNIST_MIRROR=")
+    pips = [line for line in log if line.startswith("python ")]
+    assert len(pips) == 2 and not any("--index-url" in line for line in pips)

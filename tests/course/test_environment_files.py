@@ -372,3 +372,50 @@ def test_gpu_lane_step_fails_when_a_notebook_fails(tmp_path):
     assert (tmp_path / "container/course/solutions/helper_module.py").exists()
     saved = json.loads((checkout / "out/gpu-check.json").read_text())
     assert [r["status"] for r in saved["rows"]] == ["fail", "pass"]
+
+
+def test_dockerfile_takes_a_pypi_mirror_and_an_mnist_mirror():
+    """Can a build from inside China name a PyPI mirror and an MNIST mirror?
+
+    pip reads PIP_INDEX_URL, labkit reads LABKIT_MNIST_MIRROR: as build arguments
+    both are in the environment of every RUN after them (book/zh_CN/setup.md)."""
+    args = dict(line.strip().partition("=")[::2] for line in _instructions("ARG"))
+    assert args["PIP_INDEX_URL"] == "https://pypi.org/simple"
+    assert "LABKIT_MNIST_MIRROR" in args and args["LABKIT_MNIST_MIRROR"] == ""
+    lines = DOCKERFILE.splitlines()
+    declared = max(i for i, line in enumerate(lines) if line.startswith("ARG "))
+    first_pip = next(i for i, line in enumerate(lines) if line.startswith("RUN grep"))
+    prepare = next(i for i, line in enumerate(lines)
+                   if "labkit data prepare --root" in line)
+    assert declared < first_pip < prepare
+
+
+@pytest.mark.skipif(os.environ.get("LABKIT_NETWORK_TESTS") != "1",
+                    reason="asks the package registry; tests stay offline unless "
+                    "LABKIT_NETWORK_TESTS=1")
+def test_the_pins_have_cpu_wheels(tmp_path):
+    """Does the CPU-only index hold the pinned torch and torchvision (no CUDA)?
+
+    ``--isolated``: only that index, not a machine's own pip configuration (the
+    development machines' local wheel stores hold the CUDA build)."""
+    report = tmp_path / "report.json"
+    pins = _pins()
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "--isolated", "install", "--dry-run",
+         "--ignore-installed", "--no-deps", "--quiet", "--report", str(report),
+         "--index-url",
+         "https://download.pytorch.org/whl/cpu", "--only-binary=:all:",
+         "--target", str(tmp_path / "target"), f"torch=={pins['torch']}",
+         f"torchvision=={pins['torchvision']}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    if done.returncode and re.search(r"NewConnectionError|Name or service not known|"
+                                     r"Network is unreachable", done.stderr):
+        pytest.skip("the CPU wheel index is unreachable")
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = {item["metadata"]["name"]: (item["metadata"]["version"],
+                                        item["download_info"]["url"])
+             for item in json.loads(report.read_text())["install"]}
+    for package in ("torch", "torchvision"):
+        version, url = found[package]
+        assert version == f"{pins[package]}+cpu", (package, version)
+        assert "/cpu/" in url or "%2Bcpu" in url or "+cpu" in url, url

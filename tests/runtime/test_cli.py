@@ -60,3 +60,13 @@ def test_the_command_names_every_tooling_verb():
     from coursetools import cli as tooling
 
     assert cli.TOOLING_VERBS == tooling.VERBS
+
+
+def test_prepare_from_a_folder(tmp_path, capsys):
+    """Does `labkit data prepare --from FOLDER` fill a fresh folder offline?"""
+    from labkit import data
+
+    given = str(data.data_root() / "MNIST" / "raw")
+    assert cli.main(["data", "prepare", "--root", str(tmp_path), "--offline",
+                     "--from", given]) == 0
+    assert "MD5 verified" in capsys.readouterr().out

@@ -1,6 +1,10 @@
 """Tests for labkit.data: MD5-checked MNIST, clear errors, the device fast path."""
 
+import functools
 import gzip
+import http.server
+import shutil
+import threading
 
 import pytest
 import torch
@@ -34,7 +38,7 @@ def test_failed_download_is_explained(tmp_path, monkeypatch):
         raise RuntimeError("Error downloading train-images-idx3-ubyte.gz: no route")
 
     monkeypatch.setattr(data.datasets.MNIST, "download", no_network)
-    with pytest.raises(data.DataError, match="Could not download MNIST.*copy the four"):
+    with pytest.raises(data.DataError, match="Could not download MNIST.*--from FOLDER.*copy them into"):
         data.prepare(tmp_path, download=True)
 
 
@@ -160,3 +164,62 @@ def test_begin_prepares_mnist_in_the_parent(mnist_root, monkeypatch, capsys):
     labkit.begin(mnist=True)
     assert (mnist_root / "MNIST" / "raw" / "train-images-idx3-ubyte").exists()
     assert "MNIST ready in" in capsys.readouterr().out
+
+
+# MNIST from where the learner says (a folder, a mirror): issue 27, item 5.
+
+def _originals():
+    return data.data_root() / "MNIST" / "raw"
+
+
+def test_prepare_copies_the_files_from_a_local_folder(tmp_path):
+    """Does `prepare(source=FOLDER)` copy the .gz files, MD5-checked, offline?"""
+    root = data.prepare(tmp_path / "fresh", download=False, source=str(_originals()))
+    raw = root / "MNIST" / "raw"
+    names = sorted(name for name, _md5 in data.datasets.MNIST.resources)
+    assert sorted(p.name for p in raw.glob("*.gz")) == names
+    assert (raw / "train-images-idx3-ubyte").exists()   # unpacked as well
+    assert len(data.mnist(train=False, root=root)) == 10_000
+
+
+def test_the_folder_may_be_a_data_root_and_comes_from_the_env(tmp_path, monkeypatch):
+    """Does $LABKIT_MNIST_MIRROR name a folder that holds MNIST/raw/?"""
+    monkeypatch.setenv("LABKIT_MNIST_MIRROR", str(data.data_root()))
+    root = data.prepare(tmp_path, download=False)
+    assert (root / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").exists()
+
+
+def test_a_changed_file_in_the_folder_is_refused(tmp_path):
+    """Does a .gz that is not torchvision's original fail by its MD5, naming it?"""
+    folder = tmp_path / "given"
+    shutil.copytree(_originals(), folder, ignore=shutil.ignore_patterns("*ubyte"))
+    bad = folder / "t10k-labels-idx1-ubyte.gz"
+    bad.write_bytes(bad.read_bytes()[:-4] + b"0000")
+    with pytest.raises(data.DataError, match=r"t10k-labels-idx1-ubyte.gz is not the "
+                       r"original file: its MD5 is not torchvision's ec29112d"):
+        data.prepare(tmp_path / "fresh", download=False, source=str(folder))
+
+
+def test_a_folder_without_the_files_says_which(tmp_path):
+    with pytest.raises(data.DataError, match=r"train-images-idx3-ubyte.gz is not in "):
+        data.prepare(tmp_path / "fresh", download=False, source=str(tmp_path))
+
+
+def test_a_mirror_url_is_downloaded_md5_checked(tmp_path):
+    """Does a mirror's URL (served here on loopback) fill a fresh folder?"""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler,
+                                directory=str(_originals()))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            url = f"http://127.0.0.1:{server.server_address[1]}/"
+            root = data.prepare(tmp_path, download=True, source=url)
+        finally:
+            server.shutdown()
+    assert (root / "MNIST" / "raw" / "t10k-images-idx3-ubyte").exists()
+
+
+def test_a_mirror_url_is_not_fetched_offline(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABKIT_OFFLINE", "1")
+    with pytest.raises(data.DataError, match="downloading is off"):
+        data.prepare(tmp_path, source="http://127.0.0.1:9/mnist/")

@@ -136,16 +136,19 @@ def machine_cell(english, nb=None, lang: str = "en") -> nbformat.NotebookNode:
 
 
 def prepare_sources(target: Path, lang: str = "en") -> Path:
-    """Fill ``target`` with the ``lang`` edition's pages (in English, INSTRUCTORS.md
-    too, which the instructors page includes) and its solved labs."""
+    """Fill ``target`` with the ``lang`` edition's pages (with its INSTRUCTORS.md,
+    INSTRUCTORS.zh-CN.md in Chinese, which the instructors page includes) and its
+    solved labs."""
     solutions, _, pages = LANGUAGES[lang]
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(ROOT / pages, target, ignore=shutil.ignore_patterns(*(
         name for name in LANGUAGES if name != lang)))
     shutil.copy(ROOT / "book" / "conf.py", target / "conf.py")
-    if lang == "en":
-        shutil.copy(ROOT / "INSTRUCTORS.md", target / "INSTRUCTORS.md")
+    guide = ("INSTRUCTORS.md" if lang == "en"
+             else f"INSTRUCTORS.{lang.replace('_', '-')}.md")
+    if (ROOT / guide).exists():   # the instructors page includes it
+        shutil.copy(ROOT / guide, target / guide)
     (target / "labs").mkdir()
     for english_path in sorted((ROOT / "solutions").glob("*.ipynb")):
         source = ROOT / solutions / english_path.name

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import nbformat
 
-from coursetools import i18n, layers, times, tracks
+from coursetools import guides, i18n, layers, times, tracks
 from coursetools.notebooks import (CourseError, exercises, make_lab, refresh, render,
                                    replace_block)
 
@@ -111,13 +111,14 @@ def build_labs(
         if rooms_dir is not None and room is not None:
             refresh(Path(rooms_dir) / room / "reference.json",
                     references(solution, source.name), check, changed)
-    instructors = solutions_dir.parent / "INSTRUCTORS.md"
+    instructors, guide = solutions_dir.parent / "INSTRUCTORS.md", None
     if instructors.exists():
         notebooks = {s.name: nbformat.read(s, as_version=4) for s in sources}
         for notebook in notebooks.values():
             times.apply_header(notebook)   # as written above (unless checking)
         text = times.instructors_text(instructors.read_text(), notebooks)
-        refresh(instructors, tracks.instructors_text(text, notebooks), check, changed)
+        guide = tracks.instructors_text(text, notebooks)
+        refresh(instructors, guide, check, changed)
     architecture = solutions_dir.parent / "book" / "architecture.md"
     if architecture.exists():
         refresh(architecture, replace_block(architecture.read_text(), "layers",
@@ -130,7 +131,11 @@ def build_labs(
             if not check:
                 orphan.unlink()
     # Translated editions (coursetools.i18n): solutions/<lang>/ and labs/<lang>/ from the
-    # catalogs in locale/; with check, their untranslated entries count as stale too.
-    return changed + i18n.build_translations(english, solutions_dir, labs_dir, check)
+    # catalogs in locale/, then INSTRUCTORS.<lang>.md (coursetools.guides); with check,
+    # their untranslated entries count as stale too.
+    changed += i18n.build_translations(english, solutions_dir, labs_dir, check)
+    if guide is not None:
+        changed += guides.build_guides(solutions_dir.parent, guide, notebooks, check)
+    return changed
 
 

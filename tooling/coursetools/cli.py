@@ -101,9 +101,23 @@ def _i18n(args) -> int:
         counts = i18n.update_runtime(lang, path)
         print(f"{path}: {counts['entries']} messages of labkit ({counts['new']} new, "
               f"{counts['untranslated']} untranslated, {counts['obsolete']} obsolete)")
+        _update_guide(locale, lang, solutions.parent / "INSTRUCTORS.md")
     print("Now translate or confirm the fuzzy and untranslated entries (Poedit), then "
           "run `labkit build-labs` (locale/README.md).")
     return 0
+
+
+def _update_guide(locale: Path, lang: str, english: Path) -> None:
+    """Merge INSTRUCTORS.md into the ``lang`` edition's guide catalog."""
+    from coursetools import guides
+
+    if not english.exists():
+        return
+    path = locale / lang / "LC_MESSAGES" / f"{guides.DOMAIN}.po"
+    counts = guides.update(path, english.read_text(encoding="utf-8"), lang)
+    print(f"{path}: {counts['entries']} parts of INSTRUCTORS.md ({counts['new']} new, "
+          f"{counts['fuzzy']} fuzzy, {counts['untranslated']} untranslated, "
+          f"{counts['obsolete']} obsolete)")
 
 
 def _room(args) -> int:

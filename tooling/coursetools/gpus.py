@@ -6,14 +6,25 @@ job has ranks: each solution states that number in
 ``metadata.labkit.gpus_per_learner`` and the reason in ``gpus_why``.
 """
 
-__all__ = ["advice", "table"]
+__all__ = ["ADVICE", "advice", "table"]
+
+# The wording; coursetools.guides holds the other languages' ("why" translates each
+# lab's metadata.labkit.gpus_why, by the English).
+ADVICE = {
+    "none": "none needed; 1 runs every cell on its GPU",
+    "need": "none needed (gloo, CPU ranks). To see NCCL in every multi-rank cell: "
+            "{need}. With 1 GPU, no NCCL at all (one GPU per rank)",
+    "group": "{gpus} for {labs}", "groups": "; ",
+    "header": "| lab | GPUs per learner for every cell on GPUs | because |",
+    "why": {},
+}
 
 
 def _gpus(nb) -> int:
     return nb.metadata.get("labkit", {}).get("gpus_per_learner", 0)
 
 
-def advice(labs: list[str], notebooks: dict) -> str:
+def advice(labs: list[str], notebooks: dict, words: dict = ADVICE) -> str:
     """What one learner needs for a track's labs to run every cell on GPUs, from
     each lab's ``metadata.labkit.gpus_per_learner`` (NCCL takes one GPU per rank)."""
     by_number = {name[:2]: _gpus(nb) for name, nb in notebooks.items()}
@@ -22,18 +33,16 @@ def advice(labs: list[str], notebooks: dict) -> str:
         if by_number[number] >= 2:
             groups.setdefault(by_number[number], []).append(number)
     if not groups:
-        return "none needed; 1 runs every cell on its GPU"
-    need = "; ".join(f"{gpus} for {', '.join(numbers)}"
-                     for gpus, numbers in sorted(groups.items()))
-    return (f"none needed (gloo, CPU ranks). To see NCCL in every multi-rank cell: "
-            f"{need}. With 1 GPU, no NCCL at all (one GPU per rank)")
+        return words["none"]
+    need = words["groups"].join(words["group"].format(gpus=n, labs=", ".join(group))
+                                for n, group in sorted(groups.items()))
+    return words["need"].format(need=need)
 
 
-def table(notebooks: dict) -> str:
+def table(notebooks: dict, words: dict = ADVICE) -> str:
     """Each lab's GPUs per learner for every cell on GPUs, and why."""
-    rows = ["| lab | GPUs per learner for every cell on GPUs | because |",
-            "|---|---|---|"]
+    rows = [words["header"], "|---|---|---|"]
     for name, nb in sorted(notebooks.items()):
-        meta = nb.metadata.get("labkit", {})
-        rows.append(f"| {name[:2]} | {_gpus(nb)} | {meta.get('gpus_why', '—')} |")
+        why = nb.metadata.get("labkit", {}).get("gpus_why", "—")
+        rows.append(f"| {name[:2]} | {_gpus(nb)} | {words['why'].get(why, why)} |")
     return "\n".join(rows) + "\n"

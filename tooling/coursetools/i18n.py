@@ -38,6 +38,7 @@ __all__ = ["TIME_TOKEN", "Problem", "catalogs", "update", "translate", "fidelity
 
 LOCALE = "locale"                  # next to solutions/
 RUNTIME_DOMAIN = "labkit"          # reserved: labkit's own messages, not a notebook
+GUIDE_DOMAIN = "INSTRUCTORS"       # reserved: INSTRUCTORS.md (coursetools.guides)
 TIME_TOKEN = edition_time.TOKEN
 CODE = " code"                     # msgctxt of a code cell's strings: "<cell id> code"
 LABELS = "labels" + CODE           # msgctxt of the notebook's declared labels
@@ -75,7 +76,8 @@ def catalogs(locale_dir) -> list[tuple[str, str, Path]]:
     """Return (language, notebook stem, path) of every notebook catalog."""
     paths = sorted(Path(locale_dir).glob("*/LC_MESSAGES/*.po"))
     return [(p.parent.parent.name, p.stem, p) for p in paths
-            if _LANG.match(p.parent.parent.name) and p.stem != RUNTIME_DOMAIN]
+            if _LANG.match(p.parent.parent.name)
+            and p.stem not in (RUNTIME_DOMAIN, GUIDE_DOMAIN)]
 
 
 _LABEL_NOTE = ("A label the notebook's code uses as data too (metadata.labkit.labels): "

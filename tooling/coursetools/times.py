@@ -30,7 +30,7 @@ from coursetools.notebooks import exercises, make_lab, replace_block
 __all__ = ["WORDS_PER_MINUTE", "MODULE_LINES_PER_MINUTE", "CELL_LINES_PER_MINUTE",
            "PREDICT_MINUTES", "ROOM_MIN_LEARNERS", "APPENDIX", "word_counts",
            "code_lines", "predict_count", "exercise_minutes", "minutes",
-           "time_sentence", "apply_header", "instructors_text"]
+           "time_sentence", "apply_header", "instructors_text", "TABLE"]
 
 WORDS_PER_MINUTE = 140          # the middle of the 130-150 a reviewer measured here
 MODULE_LINES_PER_MINUTE = 8     # about the 500 lines/hour of reviewing code carefully
@@ -242,37 +242,58 @@ def apply_header(nb) -> bool:
     return True
 
 
-def _row(nb) -> str:
+# INSTRUCTORS.md's lab-times table; coursetools.guides holds the other languages'.
+TABLE = {
+    "header": "| lab | reading (min) | given code (min: module + cell lines) | "
+              "Predict (min: questions) | exercises (min, estimates) | compute (min, "
+              "measured) | estimate (min) | your room (min) | appendix (min) |",
+    "row": "| {title} | {reading} ({words} w) | {code} ({modules} + {cells} lines) | "
+           "{predict} ({questions}) | {exercises} | {compute} | **{estimate}** | "
+           "{room} | {appendix} ({appendix_words} w) |",
+    "compute": "{n} ({full:.0f} s{quick}{load})", "quick": ", {q:.0f} s quick",
+    "load": ", load {load:.0f}", "unmeasured": "not measured",
+    "room": "**{n}** ({low:.0f}–{high:.0f}, {learners} learners)",
+    "on": "\nCompute measured on {on}.\n",
+}
+
+
+def _row(nb, table: dict = TABLE, title: str | None = None) -> str:
     m = minutes(nb)
     core, appendix = word_counts(nb)
     modules, cells = code_lines(nb)
     measured = nb.metadata.get("labkit", {}).get("measured") or {}
-    compute = (f"{m['compute']} ({measured['full_mode_s']:.0f} s"
-               + (f", {measured['quick_mode_s']:.0f} s quick"
-                  if measured.get("quick_mode_s") is not None else "")
-               + (f", load {measured['load']:.0f}" if _shared(measured) else "") + ")"
-               if measured else "not measured")
+    compute = (table["compute"].format(
+        n=m["compute"], full=measured["full_mode_s"],
+        quick=(table["quick"].format(q=measured["quick_mode_s"])
+               if measured.get("quick_mode_s") is not None else ""),
+        load=table["load"].format(load=measured["load"]) if _shared(measured) else "")
+        if measured else table["unmeasured"])
     room = room_figure(nb)
-    in_room = (f"**{m['total']}** ({room['range'][0]:.0f}–{room['range'][1]:.0f}, "
-               f"{room['learners']} learners)" if room else "—")
-    title = nb.cells[0].source.splitlines()[0].lstrip("# ").strip()
-    return (f"| {title} | {m['reading']} ({core:,} w) | {m['code']} ({modules} + "
-            f"{cells} lines) | {m['predict']} ({predict_count(nb)}) | {m['exercises']} "
-            f"| {compute} | **{m['estimate']}** | {in_room} | {m['appendix']} "
-            f"({appendix:,} w) |")
+    in_room = (table["room"].format(n=m["total"], low=room["range"][0],
+                                    high=room["range"][1], learners=room["learners"])
+               if room else "—")
+    title = title or nb.cells[0].source.splitlines()[0].lstrip("# ").strip()
+    return table["row"].format(
+        title=title, reading=m["reading"], words=f"{core:,}", code=m["code"],
+        modules=modules, cells=cells, predict=m["predict"],
+        questions=predict_count(nb), exercises=m["exercises"], compute=compute,
+        estimate=m["estimate"], room=in_room, appendix=m["appendix"],
+        appendix_words=f"{appendix:,}")
 
 
-def instructors_text(text: str, notebooks: dict) -> str:
+def instructors_text(text: str, notebooks: dict, table: dict = TABLE,
+                     titles: dict | None = None, machine=str) -> str:
     """Return INSTRUCTORS.md with its lab-times table filled in.
 
-    ``notebooks`` maps each solution's file name to the notebook.
+    ``notebooks`` maps each solution's file name to the notebook; another language's
+    guide (coursetools.guides) passes its ``table`` wording, its labs' ``titles`` (by
+    file name) and how it words the ``machine`` a measurement ran on.
     """
-    rows = [_row(nb) for _, nb in sorted(notebooks.items())]
+    titles = titles or {}
+    rows = [_row(nb, table, titles.get(name)) for name, nb in sorted(notebooks.items())]
     on = {nb.metadata.get("labkit", {}).get("measured", {}).get("on") for nb in
           notebooks.values()} - {None}
-    table = ("| lab | reading (min) | given code (min: module + cell lines) | "
-             "Predict (min: questions) | exercises (min, estimates) | compute (min, "
-             "measured) | estimate (min) | your room (min) | appendix (min) |\n"
-             "|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
-             + (f"\nCompute measured on {', '.join(sorted(on))}.\n" if on else ""))
-    return replace_block(text, "lab-times", table, "INSTRUCTORS.md")
+    block = (table["header"] + "\n" + "|---" * 9 + "|\n" + "\n".join(rows) + "\n"
+             + (table["on"].format(on=", ".join(sorted(machine(x) for x in on)))
+                if on else ""))
+    return replace_block(text, "lab-times", block, "INSTRUCTORS.md")

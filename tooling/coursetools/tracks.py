@@ -20,8 +20,8 @@ from pathlib import Path
 from coursetools import gpus, times
 from coursetools.notebooks import CourseError, replace_block
 
-__all__ = ["Step", "Primer", "PRIMERS", "TRACKS", "EXPLAIN_MINUTES", "problems",
-           "schedule", "instructors_text"]
+__all__ = ["Step", "Primer", "PRIMERS", "TRACKS", "EXPLAIN_MINUTES", "WORDS",
+           "problems", "schedule", "instructors_text"]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPLAIN_MINUTES = 10       # an estimate: the instructor opens and closes each lab
@@ -210,38 +210,65 @@ def problems(tracks: dict, notebooks: dict, root: Path = ROOT) -> list[str]:
     return found
 
 
-def _what(step: Step, minutes: int, titles: dict) -> str:
-    labs = " and ".join(step.labs)
+# INSTRUCTORS.md's tracks table and schedules; coursetools.guides holds the other
+# languages' (the same keys; "tracks" names each track in that language).
+WORDS = {
+    "lab": "lab {labs}: {title} ({minutes} + {explain} explanation)",
+    "demo": "lab {labs}, demonstrated (quick mode)",
+    "demos": "labs {labs}, demonstrated (quick mode)",
+    "primer": "primer standing for lab {labs}: `{page}`",
+    "appendices": "the appendices of labs {labs} (reading, questions)",
+    "and": " and ", "break": "break", "lunch": "lunch",
+    "wrap-up": "wrap-up and questions",
+    "day": "Day {n}:", "schedule_header": "| start | what | min |",
+    "end": "end ({spare} min before {close})",
+    "shown": "; {labs} demonstrated", "primed": "; primer {names}",
+    "days": "{n} × {start}–{close}, ends {ends}",
+    "header": "| track | labs taught | learner time (min) | days | GPUs per learner |",
+    "self-study": "{labs}, with appendices", "at your pace": "at your pace",
+    "tracks": {},
+}
+
+
+def _what(step: Step, minutes: int, titles: dict, words: dict = WORDS) -> str:
+    labs = words["and"].join(step.labs)
     if step.kind == "lab":
-        return (f"lab {labs}: {titles[labs]} ({minutes - EXPLAIN_MINUTES} + "
-                f"{EXPLAIN_MINUTES} explanation)")
+        return words["lab"].format(labs=labs, title=titles[labs],
+                                   minutes=minutes - EXPLAIN_MINUTES,
+                                   explain=EXPLAIN_MINUTES)
     if step.kind == "demo":
-        return f"lab{'s' * (len(step.labs) > 1)} {labs}, demonstrated (quick mode)"
+        return words["demos" if len(step.labs) > 1 else "demo"].format(labs=labs)
     if step.kind == "primer":
-        return f"primer standing for lab {labs}: `{PRIMERS[step.primer].page}`"
+        return words["primer"].format(labs=labs, page=PRIMERS[step.primer].page)
     if step.kind == "appendices":
-        return f"the appendices of labs {labs} (reading, questions)"
-    return {"wrap-up": "wrap-up and questions"}.get(step.kind, step.kind)
+        return words["appendices"].format(labs=labs)
+    return words.get(step.kind, step.kind)
 
 
-def _taught(track: str, days: list, notebooks: dict, root: Path) -> list[str]:
+def _titles(notebooks: dict) -> dict:
+    return {name[:2]: nb.cells[0].source.splitlines()[0].split("—", 1)[-1].strip()
+            for name, nb in notebooks.items()}
+
+
+def _taught(track: str, days: list, notebooks: dict, root: Path,
+            words: dict = WORDS, titles: dict | None = None) -> list[str]:
     by_lab = {name[:2]: times.minutes(nb) for name, nb in notebooks.items()}
-    titles = {name[:2]: nb.cells[0].source.splitlines()[0].split("—", 1)[-1].strip()
-              for name, nb in notebooks.items()}
-    lines = [f"**{track}**", ""]
+    titles = titles or _titles(notebooks)
+    lines = [f"**{words['tracks'].get(track, track)}**", ""]
     for number, day in enumerate(days, 1):
         rows = schedule(day, by_lab, root)
         spare = _at(DAY[1]) - rows[-1][0]
-        lines += [f"Day {number}:" if len(days) > 1 else "", "",
-                  "| start | what | min |", "|---|---|---|"]
-        lines += [f"| {_clock(start)} | {_what(step, length, titles)} | {length} |"
-                  for start, step, length in rows[:-1]]
+        lines += [words["day"].format(n=number) if len(days) > 1 else "", "",
+                  words["schedule_header"], "|---|---|---|"]
+        lines += [f"| {_clock(start)} | {_what(step, length, titles, words)} | "
+                  f"{length} |" for start, step, length in rows[:-1]]
         end = _clock(rows[-1][0])
-        lines += [f"| {end} | end ({spare} min before {DAY[1]}) | |", ""]
+        lines += [f"| {end} | {words['end'].format(spare=spare, close=DAY[1])} | |", ""]
     return [line for i, line in enumerate(lines) if line or lines[i - 1]]
 
 
-def _summary(track: str, days: list, notebooks: dict, root: Path) -> str:
+def _summary(track: str, days: list, notebooks: dict, root: Path,
+             words: dict = WORDS) -> str:
     by_lab = {name[:2]: times.minutes(nb) for name, nb in notebooks.items()}
     steps = [s for day in days for s in day]
     taught = [n for s in steps if s.kind == "lab" for n in s.labs]
@@ -251,30 +278,36 @@ def _summary(track: str, days: list, notebooks: dict, root: Path) -> str:
                                                     else 0)
                   for s in steps if s.kind in ("lab", "demo", "primer", "appendices"))
     ends = ", ".join(_clock(schedule(day, by_lab, root)[-1][0]) for day in days)
-    what = (", ".join(taught) + (f"; {', '.join(shown)} demonstrated" if shown else "")
-            + (f"; primer {', '.join(primed)}" if primed else ""))
-    return (f"| {track} | {what} | {learner} | {len(days)} × {DAY[0]}–{DAY[1]}, "
-            f"ends {ends} | {gpus.advice(taught, notebooks)} |")
+    what = (", ".join(taught)
+            + (words["shown"].format(labs=", ".join(shown)) if shown else "")
+            + (words["primed"].format(names=", ".join(primed)) if primed else ""))
+    when = words["days"].format(n=len(days), start=DAY[0], close=DAY[1], ends=ends)
+    return (f"| {words['tracks'].get(track, track)} | {what} | {learner} | {when} | "
+            f"{gpus.advice(taught, notebooks, words.get('gpus', gpus.ADVICE))} |")
 
 
 def instructors_text(text: str, notebooks: dict, tracks: dict = TRACKS,
-                     root: Path = ROOT) -> str:
+                     root: Path = ROOT, words: dict = WORDS,
+                     titles: dict | None = None) -> str:
     """Return INSTRUCTORS.md with its tracks table and schedules filled in; raise
-    CourseError when a track does not hold (``problems``)."""
+    CourseError when a track does not hold (``problems``). Another language's guide
+    (coursetools.guides) passes its ``words`` and its labs' ``titles``."""
     found = problems(tracks, notebooks, root)
     if found:
         raise CourseError("The tracks do not hold:\n- " + "\n- ".join(found))
     by_lab = {name[:2]: times.minutes(nb) for name, nb in notebooks.items()}
     every = sorted(by_lab)
     study = sum(by_lab[n]["total"] + by_lab[n]["appendix"] for n in every)
-    rows = ["| track | labs taught | learner time (min) | days | GPUs per learner |",
-            "|---|---|---|---|---|"]
-    rows += [_summary(track, days, notebooks, root) for track, days in tracks.items()]
-    rows.append(f"| {SELF_STUDY} | {', '.join(every)}, with appendices | {study} | "
-                f"at your pace | {gpus.advice(every, notebooks)} |")
+    advice = words.get("gpus", gpus.ADVICE)
+    rows = [words["header"], "|---|---|---|---|---|"]
+    rows += [_summary(track, days, notebooks, root, words)
+             for track, days in tracks.items()]
+    rows.append(f"| {words['tracks'].get(SELF_STUDY, SELF_STUDY)} | "
+                f"{words['self-study'].format(labs=', '.join(every))} | {study} | "
+                f"{words['at your pace']} | {gpus.advice(every, notebooks, advice)} |")
     plans = [line for track, days in tracks.items()
-             for line in _taught(track, days, notebooks, root)]
+             for line in _taught(track, days, notebooks, root, words, titles)]
     text = replace_block(text, "tracks", "\n".join(rows) + "\n", "INSTRUCTORS.md")
-    text = replace_block(text, "gpus", gpus.table(notebooks), "INSTRUCTORS.md")
+    text = replace_block(text, "gpus", gpus.table(notebooks, advice), "INSTRUCTORS.md")
     return replace_block(text, "schedules", "\n".join(plans).rstrip() + "\n",
                          "INSTRUCTORS.md")
