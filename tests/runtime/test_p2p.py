@@ -18,6 +18,19 @@ import torch.distributed as dist
 from labkit import p2p
 
 
+def facing(ctx, mib, rounds=4):
+    """Both ranks send to each other at once, each send batched with its receive
+    (1F1B's steady state on NCCL); return the first values received."""
+    peer = 1 - ctx.rank
+    mine = torch.full((mib * 2**18,), float(ctx.rank), device=ctx.device)
+    got = torch.empty_like(mine)
+    for _ in range(rounds):
+        ops = [dist.P2POp(dist.isend, mine, peer), dist.P2POp(dist.irecv, got, peer)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+    return got[:3].tolist()
+
+
 def exchange(ctx, case):
     result = _exchange(ctx, case)
     dist.barrier()   # no rank leaves while the other still reads
@@ -96,3 +109,24 @@ def test_bounded_refuses_nccl(monkeypatch):
     with pytest.raises(ValueError, match="runs on gloo"):
         with p2p.bounded(0, 1.0, []):
             pass
+
+
+@pytest.fixture
+def facing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p2p_worker.py").write_text(WORKER)
+    return load_program(tmp_path / "p2p_worker.py").facing
+
+
+@pytest.mark.gpu(2)
+def test_sends_facing_each_other_in_one_batch_complete_on_nccl(facing):
+    """On 2 GPUs: 16 MiB sent both ways at once, each send in one batch with the
+    receive (what lab 05's run_order does): no hang, each rank gets the other's?"""
+    ranks = launch.run(facing, 2, args=(16,), backend="nccl", timeout=60)
+    assert ranks == [[1.0] * 3, [0.0] * 3]
+
+
+def test_sends_facing_each_other_in_one_batch_complete_on_gloo(facing):
+    """The same exchange on gloo CPU ranks (small), as the checks run it."""
+    ranks = launch.run(facing, 2, args=(1,), backend="gloo", timeout=60)
+    assert ranks == [[1.0] * 3, [0.0] * 3]

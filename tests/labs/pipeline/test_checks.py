@@ -254,3 +254,29 @@ def test_torch_pipelining_demo_matches_the_full_batch(folder):
     assert ranks[0]["1f1b with m=1"] == (
         "ValueError: Number of microbatches (1) must be greater than or equal to the "
         "number of stages (2).")
+
+
+# ---------------------------------------------------------------- on 2 GPUs (NCCL)
+
+
+@pytest.mark.gpu(2)
+def test_1f1b_runs_on_nccl_with_the_full_batchs_gradients(folder):
+    """The lab's run_order on 2 GPUs over NCCL, no guard, micro-batches of 256 KiB:
+    does 1F1B finish (each send batched with the next receive: no sends facing each
+    other on one stream), with the full batch's gradients and [2, 1] held, and GPipe's
+    order through the same loop too?"""
+    module = load_program(folder / "one_f_one_b.py")
+    cfg = stages.Config(num_layers=8, width=1024, batch=256, num_microbatches=4)
+    orders = [[module.one_f_one_b(r, 2, 4) for r in range(2)],
+              [[(a.kind, a.microbatch) for a in row] for row in pipeline.orders(
+                  "gpipe", 2, 4)]]
+    program = stages.Program("one_f_one_b", "run_order", "order")
+    ranks = launch.run(stages.run_program, 2, args=(program, [cfg, cfg], orders),
+                       backend="nccl", timeout=60)
+    assert [r["device"] for r in ranks] == ["cuda:0", "cuda:1"]
+    want = stages.reference(cfg)
+    for run in (0, 1):
+        grads = {**ranks[0]["runs"][run]["grads"], **ranks[1]["runs"][run]["grads"]}
+        assert models.max_difference(want["grads"], grads) < 1e-4
+        assert ranks[1]["runs"][run]["loss"] == pytest.approx(want["loss"], rel=1e-4)
+    assert [r["runs"][0]["peak_held"] for r in ranks] == [2, 1]
