@@ -104,8 +104,10 @@ class _Streams:
         """Each rank's first unfinished message at the head of its queues."""
         found = {}
         for (rank, peer), queue in sorted(self.queues.items()):
-            if queue and rank not in found:
-                key = min(k for k in self.open[rank, queue[0]] if k[2] == peer)
+            waiting = sorted(k for k in self.open[rank, queue[0]] if k[2] == peer
+                             ) if queue else []
+            if waiting and rank not in found:   # (a group's other peer may be done)
+                key = waiting[0]
                 found[rank] = {"rank": rank, "op": key[1], "peer": peer,
                                "shape": self.shape[key],
                                "matched": _partner(key) in self.home}

@@ -84,3 +84,12 @@ def test_a_message_nobody_receives_is_unmatched():
     stuck = nccl_order.first_hang([[lone("isend", 1)], []])
     assert stuck == [{"rank": 0, "op": "send", "peer": 1, "shape": (4, 8),
                       "matched": False}]
+
+
+def test_a_batch_to_two_peers_waits_for_both():
+    """A middle rank batches a send to rank 2 with a receive from rank 0 that rank 0
+    never sends: the batch is stuck on rank 0's side only, and said so."""
+    logs = [[], batch(1, ("isend", 2), ("irecv", 0)), [lone("irecv", 1)]]
+    stuck = nccl_order.first_hang(logs)
+    assert [(s["rank"], s["op"], s["peer"], s["matched"]) for s in stuck] == [
+        (1, "recv", 0, False)]
