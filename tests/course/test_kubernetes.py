@@ -180,7 +180,8 @@ def test_trainjob_uses_the_flight_recorders_current_names():
     header = (Path(torch.__file__).parent / "include/torch/csrc/distributed/c10d"
               / "FlightRecorder.hpp")
     if header.exists():
-        pairs = re.findall(r'\{"(TORCH_FR_\w+)", "(TORCH_NCCL_\w+)"\}', header.read_text())
+        pairs = re.findall(r'\{"(TORCH_FR_\w+)", "(TORCH_NCCL_\w+)"\}',
+                           header.read_text())
         assert ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE") in pairs
         for current, legacy in pairs:
             assert FLIGHT_RECORDER_RENAMES.get(legacy) == current

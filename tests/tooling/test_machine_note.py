@@ -33,7 +33,8 @@ def test_machine_note_names_the_backend_the_2_rank_jobs_ran(monkeypatch, gpus,
 def test_machine_note_in_chinese_names_it_too(monkeypatch):
     """The Chinese edition says gloo on one GPU as well."""
     note = _note(monkeypatch, 1, "zh_CN")
-    assert "1 块 GPU；各实验的双 rank 作业运行在 cpu rank 上，后端为 gloo（" in note
+    assert ("1 块 GPU；各实验的双 rank 作业运行在 cpu rank 上，"
+            "后端为 gloo（") in note
 
 
 def test_machine_note_without_gpus_says_cpu_ranks(monkeypatch):

@@ -66,8 +66,9 @@ MACHINE_NOTE = {
             "would differ (speed-ups, bandwidths, memory): see {compare}."))''',
     "zh_CN": '''(f"**本页的数字**出自 {_where['on']}（{_where['cpu']}），torch {_where['torch']}，"
          f"{'快速模式（数据和步数都缩小了）' if _quick else '完整模式'}，{datetime.date.today()}："
-         + (f"{_gpus} 块 GPU；各实验的双 rank 作业运行在 {_jobs.device_type} rank 上，"
-            f"后端为 {_jobs.backend}（{_jobs.reason}）。" if _gpus else
+         + (f"{_gpus} 块 GPU；各实验的双 rank 作业运行在 "
+            f"{_jobs.device_type} rank 上，后端为 {_jobs.backend}（{_jobs.reason}）。"
+            if _gpus else
             "没有 GPU，所以每个 rank 都是 gloo 后端上的 CPU 进程。GPU 上的数字会不同"
             "（加速比、带宽、显存）：见{compare}。"))''',
 }

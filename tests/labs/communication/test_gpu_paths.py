@@ -91,7 +91,7 @@ def test_phases_come_from_the_cpu_rows_on_a_gpu():
         FakeAverage("forward", gpu, 0.0, device_us=3_000.0),
         FakeAverage("backward + all-reduce", cpu, 8_000.0),
         FakeAverage("backward + all-reduce", gpu, 0.0, device_us=7_000.0),
-        FakeAverage("optimizer", gpu, 0.0, device_us=100.0),   # listed before its CPU row
+        FakeAverage("optimizer", gpu, 0.0, device_us=100.0),   # before its CPU row
         FakeAverage("optimizer", cpu, 1_000.0),
         FakeAverage("ncclDevKernel_AllReduce_Sum_f32_RING_LL", gpu, 0.0, 5_000.0)])
     rows = bottleneck._rows(prof, steps=2, top=100)

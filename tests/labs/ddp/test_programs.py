@@ -311,8 +311,9 @@ def test_buckets_and_no_sync_on_nccl(folder):
     from labkit import launch
 
     measure = _module(folder, "ddp_measure.py")
-    small, large, default = (launch.run(measure.buckets, 2, args=(cap,),
-                                        backend="nccl")[0] for cap in (0.25, 25.0, None))
+    small, large, default = (
+        launch.run(measure.buckets, 2, args=(cap,), backend="nccl")[0]
+        for cap in (0.25, 25.0, None))
     assert len(small["mb"]) > len(large["mb"]) == 1
     assert len(default["mb"]) == 2 and default["mb"][0] <= 1.05
     assert all(done > ready >= 0 for ready, done in small["spans_ms"])

@@ -539,7 +539,8 @@ def test_allocator_peak_is_above_the_start_and_after_the_workspaces(monkeypatch)
     fake = {"synchronize": lambda device=None: None,
             "empty_cache": lambda: calls.append("empty_cache"),
             "memory_allocated": lambda device=None: held["now"],
-            "reset_peak_memory_stats": lambda device=None: held.update(peak=held["now"]),
+            "reset_peak_memory_stats":
+                lambda device=None: held.update(peak=held["now"]),
             "max_memory_allocated": lambda device=None: held["peak"]}
     for name, function in fake.items():
         monkeypatch.setattr(torch.cuda, name, function)
