@@ -4,8 +4,9 @@
 # build. It brings the non-root user jovyan, tini, the healthcheck and the start scripts
 # (start-notebook.py, and jupyterhub-singleuser for JupyterHub), all kept as they are.
 # Its own torch is replaced below by the course pins, which bring their CUDA libraries
-# as wheels, so the base's CUDA variant only decides what it preinstalled (its CUDA 12
-# wheels stay, unused; a cuda13- tag would drop them, but none could be checked here).
+# as wheels, so the base's CUDA variant only decides what it preinstalled: its torch
+# for CUDA 12 and the nvidia-*-cu12 wheels, removed first (see below; a cuda13- tag
+# would not preinstall them, but none could be checked here).
 #
 #   docker build -t multi-gpu-course .
 #   docker run --rm --gpus all --shm-size=2g -p 127.0.0.1:8888:8888 \
@@ -48,8 +49,18 @@ ENV COURSE_DIR=/home/${NB_USER}/course \
 # exactly these versions (env/requirements.txt is the one source of truth). torch and
 # torchvision first, from TORCH_INDEX; the second install then finds them satisfied
 # and adds the rest from PyPI.
+#
+# The base's torch (a CUDA 12 build, with torchaudio built for it) and its CUDA 12
+# wheels go first. cuDNN, NCCL, cuSPARSELt and NVSHMEM keep their file paths from the
+# cu12 to the cu13 wheels (nvidia/cudnn/lib/libcudnn.so.9, nvidia/nccl/lib/
+# libnccl.so.2, ...): installed over the cu12 ones, the cu13 wheels would overwrite
+# those files in place, and a later uninstall of a cu12 wheel would delete the
+# libraries the course's torch loads.
 COPY --chown=${NB_UID}:${NB_GID} env/requirements.txt env/requirements-gpu.txt /tmp/env/
-RUN grep -E '^(torch|torchvision)==' /tmp/env/requirements.txt \
+RUN pip list --format=freeze \
+        | grep -E '^(torch|torchvision|torchaudio|nvidia-[a-z0-9-]+-cu12)==' \
+        | cut -d= -f1 | xargs -r pip uninstall -y \
+    && grep -E '^(torch|torchvision)==' /tmp/env/requirements.txt \
         | xargs pip install --no-cache-dir --index-url "${TORCH_INDEX}" \
     && pip install --no-cache-dir -r /tmp/env/requirements-gpu.txt \
     && fix-permissions "${CONDA_DIR}" \

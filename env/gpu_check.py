@@ -20,7 +20,9 @@ time its recipe takes to reach 99 % test accuracy on this machine's first device
 The "backend" column is what the notebook's ``labkit.begin`` chose (read from
 ``LABKIT_CHOICE_LOG``; for a skipped notebook, what ``labkit.hardware.choose`` would
 pick for its ``metadata.labkit.world_size``). "jobs" lists the launches by backend and
-devices. Exit status: 0 when nothing failed, 1 otherwise.
+devices. A notebook whose setup, or a job left to labkit's choice, ran gloo with a GPU
+for every rank fails (``backend_problems``: NCCL should have run it). Exit status: 0
+when nothing failed, 1 otherwise.
 """
 
 import argparse
@@ -83,6 +85,29 @@ def summarize(choices: list) -> tuple[str | None, str]:
     return lab, text
 
 
+def backend_problems(choices: list, found: int) -> list[str]:
+    """Say where a run took gloo although NCCL could have run it: a silent fall-back.
+
+    A choice left to labkit ("auto") takes NCCL whenever there is a GPU per rank, so
+    gloo there means NCCL failed to show up (a CPU build of torch, no NCCL). The
+    lab's own setup (``labkit.begin``) is judged against the GPUs this lane sees,
+    a job against the GPUs its process saw (the cluster's nodes and lab 03's check
+    hide them on purpose). A job that asked for gloo (the checks' CPU ranks) is
+    not a fall-back.
+    """
+    problems = []
+    for choice in choices:
+        if choice["backend"] != "gloo" or choice.get("asked", "auto") != "auto":
+            continue
+        begin = choice["where"] == "begin"
+        visible = found if begin else choice.get("gpus", 0)
+        if choice["world_size"] <= visible:
+            what = "labkit.begin" if begin else choice["what"] or choice["where"]
+            problems.append(f"{what} ran gloo for {choice['world_size']} rank(s) with "
+                            f"{visible} GPU(s) visible: NCCL should have run it")
+    return problems
+
+
 def _run_logged(command: list, cwd: Path, env: dict) -> tuple:
     """Run ``command`` with a fresh choice log; return (process, seconds, choices)."""
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as folder:
@@ -114,20 +139,26 @@ def run_one(path: Path, found: int, cell_timeout: int, root: Path = ROOT,
         return Result(name, "skip", 0.0, predicted, reason)
     done, seconds, choices = _run_logged(nbval_command(path, cell_timeout, root), root,
                                          env or {})
+    problems = backend_problems(choices, found)
     if done.returncode != 0:
         _report_failure(name, done)
+    for problem in problems:
+        sys.stderr.write(f"\n===== {name}: {problem} =====\n")
     lab, jobs = summarize(choices)
     lines = done.stdout.strip().splitlines() or [""]
-    return Result(name, "pass" if done.returncode == 0 else "fail", seconds,
-                  lab or predicted, lines[-1], jobs, tuple(choices))
+    failed = done.returncode != 0 or problems
+    return Result(name, "fail" if failed else "pass", seconds, lab or predicted,
+                  "; ".join(problems) or lines[-1], jobs, tuple(choices))
 
 
-def run_gpu_tests(root: Path) -> Result:
-    """Run ``pytest -m gpu tests``: one row (a skip the lane can run fails it)."""
+def run_gpu_tests(root: Path, found: int = 0) -> Result:
+    """Run ``pytest -m gpu tests``: one row (a skip the lane can run fails it, and
+    so does a job that fell back to gloo)."""
     command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
                "-m", "gpu", "tests"]
     done, seconds, choices = _run_logged(command, root, {})
-    status = "pass" if done.returncode == 0 else "fail"
+    problems = backend_problems(choices, found)
+    status = "pass" if done.returncode == 0 and not problems else "fail"
     if done.returncode == 5:   # no test collected: nothing is marked gpu
         status = "skip"
     elif done.returncode != 0:
@@ -135,7 +166,8 @@ def run_gpu_tests(root: Path) -> Result:
     lines = done.stdout.strip().splitlines() or [""]
     declared = os.environ.get("LABKIT_REQUIRE_GPU", "0") or "0"
     return Result("pytest -m gpu tests", status, seconds, f"lane declares {declared}",
-                  lines[-1], summarize(choices)[1], tuple(choices))
+                  "; ".join(problems) or lines[-1], summarize(choices)[1],
+                  tuple(choices))
 
 
 def time_to_99(target: float = 0.99, epochs: int = 3, batch_size: int = 128,
@@ -212,6 +244,32 @@ def table(results: list) -> str:
     return "\n".join(lines)
 
 
+def expected_time(paths: list, quick: bool, lab01_full: bool = False) -> str:
+    """One line: the lane's time from the notebooks' measured times, and what is
+    missing (``labkit measure-labs --quick`` records them in metadata.labkit.measured;
+    they were measured on another machine, the line says which)."""
+    key = "quick_mode_s" if quick else "full_mode_s"
+    seconds, missing, where = 0.0, [], set()
+    runs = [(Path(p), key) for p in paths]
+    if lab01_full:
+        runs += [(p, "full_mode_s") for p in map(Path, paths) if p.name[:3] == "01_"]
+    for path, field in runs:
+        measured = json.loads(path.read_text())["metadata"].get("labkit", {}).get(
+            "measured") or {}
+        if measured.get(field) is None:
+            missing.append(path.name)
+            continue
+        seconds += measured[field]
+        where.add(f"{measured['on']}, {measured['date']}")
+    mode = "quick" if quick else "full"
+    line = (f"expected: about {seconds / 60:.0f} min for the notebooks ({mode} mode"
+            + (", lab 01 in full" if lab01_full else "")
+            + f"), as measured on {'; '.join(sorted(where)) or 'no machine yet'}")
+    if missing:
+        line += f"; not measured: {', '.join(missing)}"
+    return line + "; pytest -m gpu and lab 01's 99 % run not included"
+
+
 def writable_copy(workdir: Path) -> Path:
     """Copy the checkout to ``workdir`` (new or empty) and return it."""
     if workdir.exists() and any(workdir.iterdir()):
@@ -272,13 +330,16 @@ def main(argv=None) -> int:
     print(f"PyTorch {torch.__version__} (CUDA {torch.version.cuda or 'none'}); "
           f"{found} GPU(s): {names}; quick mode: {os.environ['LABKIT_QUICK']}; "
           f"running in {root}", flush=True)
+    paths = _notebook_paths(args.notebooks, root)
+    print(expected_time(paths, os.environ["LABKIT_QUICK"] == "1", args.lab01_full),
+          flush=True)
     results, timing = [], {}
-    for path in _notebook_paths(args.notebooks, root):
+    for path in paths:
         print(f"running {path.name} ...", flush=True)
         results.append(run_one(path, found, args.cell_timeout, root))
     if args.gpu_tests:
         print("running pytest -m gpu tests ...", flush=True)
-        results.append(run_gpu_tests(root))
+        results.append(run_gpu_tests(root, found))
     if args.lab01_full:
         print("running lab 01 in full mode ...", flush=True)
         result, timing = lab01_full(root, found, args.cell_timeout)

@@ -11,8 +11,9 @@ docstring where it is taught:
   forkserver), ``cluster`` and ``multinode`` (real nodes on one machine, as root:
   labs 03, 06, 09);
 - cutting a model: ``pipeline`` (schedule tables and the bubble), ``stages`` (a model
-  split over ranks), ``p2p`` (send/recv under a deadline), ``timeline`` (what each
-  rank did, drawn): labs 04-05; ``memory_probe`` (bytes held, measured: lab 07);
+  split over ranks), ``p2p`` (send/recv under a deadline), ``nccl_order`` (would
+  those messages hang on NCCL?), ``timeline`` (what each rank did, drawn): labs
+  04-05; ``memory_probe`` (bytes held, measured: lab 07);
 - the labs' shared machinery: ``checks`` (what every exercise check shares),
   ``predict`` (the Predict cells' ``reveal`` and ``guesses``), ``progress`` (a room's
   own times, when it records them), ``explorers`` (the widgets' static fallback),

@@ -12,7 +12,7 @@ import platform
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -37,7 +37,8 @@ __all__ = [
 
 BACKENDS = ("auto", "nccl", "gloo")
 # When set, every backend a lab or a launch really uses is appended there as one JSON
-# line (env/gpu_check.py reads it to report what each notebook ran on).
+# line, with what was asked for and the GPUs the process saw (env/gpu_check.py reads
+# it to report what each notebook ran on, and to fail a silent fall-back to gloo).
 CHOICE_LOG_ENV = "LABKIT_CHOICE_LOG"
 # The oldest driver (major version) each CUDA major runs on, by CUDA's minor-version
 # compatibility: a wheel built with any 12.x runs on a driver >= 525, any 13.x on a
@@ -53,6 +54,7 @@ class Setup:
     device_type: str  # "cuda" or "cpu"
     world_size: int
     reason: str
+    asked: str = "auto"   # what the caller asked for: "auto", "nccl" or "gloo"
 
     def device(self, rank: int = 0) -> torch.device:
         """Return the device of ``rank``: its own GPU with NCCL, else the CPU."""
@@ -87,7 +89,8 @@ def record_choice(where: str, setup: Setup, what: str = "") -> None:
         return
     line = {"where": where, "what": what, "backend": setup.backend,
             "device_type": setup.device_type, "world_size": setup.world_size,
-            "devices": setup.devices()}
+            "devices": setup.devices(), "asked": setup.asked,
+            "gpus": torch.cuda.device_count()}   # what this process could see
     with open(path, "a") as f:
         f.write(json.dumps(line) + "\n")
 
@@ -154,11 +157,10 @@ def choose(world_size: int = 1, backend: str = "auto", verbose: bool = True) -> 
     if backend == "nccl" and (found < world_size or not have_nccl):
         raise ValueError(_no_nccl_advice(world_size, found, have_nccl))
     if backend == "gloo":
-        setup = Setup(
-            "gloo", "cpu", world_size, _("gloo asked for: ranks are CPU processes")
-        )
+        setup = Setup("gloo", "cpu", world_size,
+                      _("gloo asked for: ranks are CPU processes"), asked="gloo")
     else:
-        setup = _auto(found, world_size, have_nccl)
+        setup = replace(_auto(found, world_size, have_nccl), asked=backend)
     if verbose:
         _announce(setup, found)
     return setup

@@ -15,8 +15,8 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-__all__ = ["step_memory", "step_seconds", "count_collectives", "ring_bytes",
-           "route_ddp_through_python"]
+__all__ = ["step_memory", "step_seconds", "allocator_peak", "count_collectives",
+           "ring_bytes", "route_ddp_through_python"]
 
 
 class _LiveTensors(TorchDispatchMode):
@@ -90,6 +90,46 @@ def step_seconds(model, images, labels, forward=None, repeats: int = 5) -> float
             torch.cuda.synchronize()
         best = min(best, time.perf_counter() - start)
     return best
+
+
+class Peak:
+    """What ``allocator_peak`` measured: ``bytes`` (None on CPU, or before the end)."""
+
+    bytes: int | None = None
+
+
+def _warm_cuda_workspaces(device) -> None:
+    """Run a Linear forward and backward once: the first matmul on a stream makes
+    cuBLAS allocate a workspace that the process keeps (the backward runs on
+    autograd's thread, with a cuBLAS handle and workspace of its own)."""
+    layer = torch.nn.Linear(16, 16).to(device)
+    layer(torch.ones(8, 16, device=device)).sum().backward()
+
+
+@contextmanager
+def allocator_peak(device):
+    """Yield a ``Peak``; after the block, its ``bytes``: the most the CUDA allocator
+    held inside the block, above what it held at the start.
+
+    ``max_memory_allocated`` counts everything the process holds, also what came
+    before: the previous run's leftovers, and cuBLAS's workspaces, allocated by the
+    first matmuls and kept, which dominate a small model's peak. Those are
+    allocated first here, then subtracted with the rest of the start's bytes, so
+    every run measured in a row is measured alike. On CPU ``bytes`` stays None
+    (``step_memory`` measures CPU tensors).
+    """
+    peak = Peak()
+    if torch.device(device).type != "cuda":
+        yield peak
+        return
+    _warm_cuda_workspaces(device)
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    start = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    yield peak
+    torch.cuda.synchronize(device)
+    peak.bytes = torch.cuda.max_memory_allocated(device) - start
 
 
 # torch.distributed name -> (kind, payload argument, its position). torch 2.13 renamed

@@ -27,7 +27,7 @@ from labkit.messages import _
 
 __all__ = ["P2PError", "bounded"]
 
-OPS = ("send", "recv", "isend", "irecv")
+OPS = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
 PEERS_S = 1.0   # how long a stuck rank waits for other stuck ranks to report
 HEADER_TAG = 1 << 20   # headers travel on their own tag (+ the message's tag)
 _STUCK = "labkit-p2p-stuck"
@@ -59,12 +59,21 @@ def _peer(primary, group_peer):
 
 
 class _Pending:
-    """A send on its way (header, then data); ``wait`` is bounded by the guard."""
+    """A send on its way (header, then data); ``wait`` is bounded by the guard.
+
+    ``batch``: the receives posted in the same ``batch_isend_irecv``. Their data
+    buffers are posted before this send is waited for: gloo's send ends when the
+    peer's buffer is posted, so two ranks that each wait for their batch's send
+    first would otherwise wait for each other (the order within a batch is free).
+    """
 
     def __init__(self, works: list, guard, what: str):
         self.works, self.guard, self.what = works, guard, what
+        self.batch: list = []
 
     def wait(self, timeout=None) -> bool:
+        for receive in self.batch:
+            self.guard._settle(receive)
         for work in self.works:
             self.guard.wait(work, self.what, False)
         return True
@@ -131,6 +140,7 @@ class _Guard:
     def __init__(self, rank: int, wait_s: float, log: list, real: dict):
         self.rank, self.wait_s, self.log, self.real = rank, wait_s, log, real
         self.phase = 0
+        self.batches, self._batch = 0, None   # which batch_isend_irecv call (log)
         self._unposted: list[_Receive] = []   # receives whose data is not posted yet
 
     def wait(self, work, what: str, from_later: bool = False) -> None:
@@ -187,7 +197,7 @@ class _Guard:
             raise P2PError(f"labkit check: rank {self.rank} called dist.{op}("
                            f"{tensor!r}, {peer}): that is not a tensor.")
         self.log.append({"op": op, "peer": peer, "shape": tuple(tensor.shape),
-                         "requires_grad": tensor.requires_grad})
+                         "requires_grad": tensor.requires_grad, "batch": self._batch})
 
     def _post_send(self, op, tensor, dst, group, tag, group_dst, what) -> list:
         self._note(op, tensor, _peer(dst, group_dst))
@@ -227,17 +237,34 @@ class _Guard:
         what = f"on a dist.irecv(src={peer}) that rank {peer} never sent"
         return self._receive("irecv", tensor, src, group, tag, group_src, what)
 
+    def batch_isend_irecv(self, p2p_op_list):
+        """torch's own, with each message it posts logged under this batch's number
+        (NCCL runs a batch as one group: ``nccl_order`` reads the numbers)."""
+        self.batches += 1
+        self._batch = self.batches
+        try:
+            works = self.real["batch_isend_irecv"](p2p_op_list)
+        finally:
+            self._batch = None
+        receives = [work for work in works if isinstance(work, _Receive)]
+        for work in works:
+            if isinstance(work, _Pending):
+                work.batch = receives
+        return works
+
 
 @contextmanager
 def bounded(rank: int, wait_s: float, log: list):
     """Within the block, point-to-point messages give up after ``wait_s`` s.
 
-    ``send``, ``recv``, ``isend`` and ``irecv`` are replaced in ``torch.distributed``
-    and in ``torch.distributed.distributed_c10d`` (so ``dist.P2POp`` and
-    ``dist.batch_isend_irecv`` take them), by the same objects. Each message is
+    ``send``, ``recv``, ``isend``, ``irecv`` and ``batch_isend_irecv`` are replaced in
+    ``torch.distributed`` and in ``torch.distributed.distributed_c10d`` (so
+    ``dist.P2POp`` and torch's batch take them), by the same objects. Each message is
     preceded by a small header (shape, dtype) on a tag of its own, so a receive
     buffer of the wrong shape is named instead of aborting the process. Every
-    message is appended to ``log`` as a dict (op, peer, shape, requires_grad). Both
+    message is appended to ``log`` as a dict (op, peer, shape, requires_grad, and
+    batch: the number of the ``batch_isend_irecv`` call that posted it, else None;
+    ``nccl_order`` replays the log as NCCL would run it). Both
     sides of every message must run inside this block (a check launches all ranks
     so). Yields the guard: set its ``phase`` as the program moves on (checks: per
     run and step), so that when several ranks are stuck the one that got stuck first

@@ -104,6 +104,72 @@ def test_dockerfile_takes_versions_from_env_only():
     assert chosen == [f"torch=={pins['torch']}", f"torchvision=={pins['torchvision']}"]
 
 
+# What the base image's CUDA 12 torch brings (download.pytorch.org/whl/cu126 builds
+# require these nvidia-*-cu12 wheels), beside packages that must stay.
+BASE_IMAGE_FREEZE = """\
+jupyterlab==4.5.3
+numpy==2.3.5
+nvidia-cublas-cu12==12.6.4.1
+nvidia-cuda-cupti-cu12==12.6.80
+nvidia-cuda-nvrtc-cu12==12.6.77
+nvidia-cuda-runtime-cu12==12.6.77
+nvidia-cudnn-cu12==9.10.2.21
+nvidia-cufft-cu12==11.3.0.4
+nvidia-cufile-cu12==1.11.1.6
+nvidia-curand-cu12==10.3.7.77
+nvidia-cusolver-cu12==11.7.1.2
+nvidia-cusparse-cu12==12.5.4.2
+nvidia-cusparselt-cu12==0.7.1
+nvidia-ml-py==13.580.82
+nvidia-nccl-cu12==2.27.5
+nvidia-nvjitlink-cu12==12.6.85
+nvidia-nvshmem-cu12==3.3.20
+nvidia-nvtx-cu12==12.6.77
+torch==2.10.0+cu126
+torchaudio==2.10.0+cu126
+torchvision==0.25.0+cu126
+triton==3.6.0
+"""
+
+
+def _removed_first(freeze: str) -> list[str]:
+    """Run the Dockerfile's uninstall selection (grep | cut) on a pip freeze."""
+    runs = " ".join(_instructions("RUN"))
+    pattern = re.search(r"pip list --format=freeze\s+\|\s+grep -E '([^']+)'\s+\|\s+cut "
+                        r"-d= -f1", runs).group(1)
+    chosen = subprocess.run(["grep", "-E", pattern], input=freeze, text=True,
+                            capture_output=True).stdout
+    return [line.split("==")[0] for line in chosen.splitlines()]
+
+
+def test_the_base_images_cuda12_wheels_go_before_the_cu13_ones():
+    """Does the image uninstall the base's torch and every nvidia-*-cu12 wheel first,
+    keeping the rest (nvidia-ml-py), and leave the course's cu13 wheels alone?
+
+    The cu13 cuDNN and NCCL wheels install where the cu12 ones did (checked here in
+    the venv's RECORDs): installed over them, a later cu12 uninstall would delete
+    torch's libraries."""
+    removed = _removed_first(BASE_IMAGE_FREEZE)
+    assert removed == [line.split("==")[0] for line in BASE_IMAGE_FREEZE.splitlines()
+                       if line.startswith(("nvidia-", "torch"))
+                       and "-ml-" not in line]
+    runs = " ".join(_instructions("RUN"))
+    assert runs.index("xargs -r pip uninstall -y") < runs.index(
+        "/tmp/env/requirements.txt")
+    ours = subprocess.run([sys.executable, "-m", "pip", "list", "--format=freeze"],
+                          capture_output=True, text=True).stdout
+    assert [name for name in _removed_first(ours) if "cu13" in name] == []
+    import torch
+
+    site = Path(torch.__file__).parents[1]
+    shared = {}
+    for record in site.glob("nvidia_*_cu13-*.dist-info/RECORD"):
+        files = [line.split(",")[0] for line in record.read_text().splitlines()]
+        shared[record.parent.name.split("-")[0]] = files
+    assert "nvidia/cudnn/lib/libcudnn.so.9" in shared["nvidia_cudnn_cu13"]
+    assert "nvidia/nccl/lib/libnccl.so.2" in shared["nvidia_nccl_cu13"]
+
+
 def test_cuda_version_agrees():
     """Does the image install the wheel make test runs, and conda name its CUDA?
 

@@ -157,3 +157,31 @@ def test_trainjob_command_runs_with_the_operators_environment():
     chosen = hardware.choose(2, verbose=False).backend   # node with 2+ GPUs, else gloo
     assert f"2 ranks ({chosen})" in done.stdout
     assert "parameters identical on every rank: True" in done.stdout
+
+
+# torch's flight-recorder settings renamed in 2.x (legacy name -> current one), as
+# torch 2.14 reads them: FlightRecorder.hpp reads {"TORCH_FR_BUFFER_SIZE",
+# "TORCH_NCCL_TRACE_BUFFER_SIZE"}, the dump writer {"TORCH_FR_DUMP_TEMP_FILE",
+# "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"} (the first name of each list is the current one).
+FLIGHT_RECORDER_RENAMES = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "TORCH_FR_BUFFER_SIZE",
+                           "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "TORCH_FR_DUMP_TEMP_FILE",
+                           "TORCH_NCCL_TRACE_CPP_STACK": "TORCH_FR_CPP_STACK"}
+
+
+def test_trainjob_uses_the_flight_recorders_current_names():
+    """Buffer, dump switch and dump file under torch 2.14's names, no legacy one?
+    Where torch's headers are installed, the buffer's pair is read from them."""
+    import torch
+
+    env = {e["name"]: e["value"] for e in _trainjob()["spec"]["trainer"]["env"]}
+    assert not set(env) & set(FLIGHT_RECORDER_RENAMES), "legacy names"
+    assert {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT",
+            "TORCH_FR_DUMP_TEMP_FILE"} <= set(env)
+    header = (Path(torch.__file__).parent / "include/torch/csrc/distributed/c10d"
+              / "FlightRecorder.hpp")
+    if header.exists():
+        pairs = re.findall(r'\{"(TORCH_FR_\w+)", "(TORCH_NCCL_\w+)"\}',
+                           header.read_text())
+        assert ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE") in pairs
+        for current, legacy in pairs:
+            assert FLIGHT_RECORDER_RENAMES.get(legacy) == current

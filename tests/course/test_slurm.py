@@ -81,3 +81,35 @@ def test_missing_torchrun_is_a_clear_error():
     done = _run_sbatch(env={"TORCHRUN": "no-such-torchrun"}, timeout=30)
     assert done.returncode == 1
     assert "activate the course venv" in done.stderr
+
+
+def _fake_tools(folder: Path, gpus: int) -> dict:
+    """nvidia-smi listing ``gpus`` GPUs (all of the node's: it ignores
+    CUDA_VISIBLE_DEVICES) and a torchrun that only prints its arguments."""
+    smi = "".join(f"GPU {i}: NVIDIA H100 (UUID: GPU-{i})\\n" for i in range(gpus))
+    fakes = {"nvidia-smi": f'printf "{smi}"', "torchrun-fake": 'echo "torchrun $*"'}
+    for name, body in fakes.items():
+        (folder / name).write_text(f"#!/usr/bin/env bash\n{body}\n")
+        (folder / name).chmod(0o755)
+    return {"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}",
+            "TORCHRUN": str(folder / "torchrun-fake")}
+
+
+@pytest.mark.parametrize("env, ranks", [
+    ({}, 8),                                              # nothing narrower: the node
+    ({"CUDA_VISIBLE_DEVICES": "0,1"}, 2),                 # no cgroups: 2 of the 8
+    ({"CUDA_VISIBLE_DEVICES": ""}, 2),                    # none visible: 2 CPU ranks
+    ({"SLURM_GPUS_ON_NODE": "4", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}, 4),
+])
+def test_ranks_per_node_follow_the_gpus_the_job_sees(tmp_path, env, ranks):
+    """On a node whose nvidia-smi lists 8 GPUs, does the script start one rank per
+    GPU the job may use (Slurm's count, else CUDA_VISIBLE_DEVICES), not 8?"""
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("CUDA_VISIBLE_DEVICES", "SLURM_GPUS_ON_NODE", "SLURM_JOB_ID",
+                         "NPROC_PER_NODE")}
+    full = {**base, **_fake_tools(tmp_path, 8), **env}
+    done = subprocess.run(["bash", str(SBATCH)], cwd=ROOT, env=full,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert f"No Slurm job: 1 node x {ranks} rank(s)" in done.stdout
+    assert f"--nproc-per-node={ranks}" in done.stdout

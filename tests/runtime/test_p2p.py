@@ -18,6 +18,19 @@ import torch.distributed as dist
 from labkit import p2p
 
 
+def facing(ctx, mib, rounds=4):
+    """Both ranks send to each other at once, each send batched with its receive
+    (1F1B's steady state on NCCL); return the first values received."""
+    peer = 1 - ctx.rank
+    mine = torch.full((mib * 2**18,), float(ctx.rank), device=ctx.device)
+    got = torch.empty_like(mine)
+    for _ in range(rounds):
+        ops = [dist.P2POp(dist.isend, mine, peer), dist.P2POp(dist.irecv, got, peer)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+    return got[:3].tolist()
+
+
 def exchange(ctx, case):
     result = _exchange(ctx, case)
     dist.barrier()   # no rank leaves while the other still reads
@@ -35,7 +48,7 @@ def _exchange(ctx, case):
                    dist.P2POp(dist.isend, mine, peer)]
             for work in dist.batch_isend_irecv(ops):
                 work.wait()
-            return got.tolist(), len(log)
+            return got.tolist(), [entry["batch"] for entry in log]
         if case == "two receives waited in reverse":
             if ctx.rank == 0:
                 dist.send(torch.ones(2), 1)
@@ -66,11 +79,12 @@ def worker(tmp_path, monkeypatch):
 
 
 def test_batch_isend_irecv_in_any_order(worker):
-    """Both ranks list the receive first in one batch: no deadlock, right data."""
+    """Both ranks list the receive first in one batch: no deadlock, right data, and
+    both messages logged as batch 1 (what nccl_order reads as one NCCL group)?"""
     ranks = launch.run(worker, 2, args=("batch, receive listed first on both ranks",),
                        backend="gloo", timeout=60)
     assert [r[0] for r in ranks] == [[1.0] * 3, [0.0] * 3]
-    assert [r[1] for r in ranks] == [2, 2]   # one send, one receive logged per rank
+    assert [r[1] for r in ranks] == [[1, 1], [1, 1]]   # a receive, a send: batch 1
 
 
 def test_receives_waited_out_of_order_get_their_own_data(worker):
@@ -95,3 +109,24 @@ def test_bounded_refuses_nccl(monkeypatch):
     with pytest.raises(ValueError, match="runs on gloo"):
         with p2p.bounded(0, 1.0, []):
             pass
+
+
+@pytest.fixture
+def facing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p2p_worker.py").write_text(WORKER)
+    return load_program(tmp_path / "p2p_worker.py").facing
+
+
+@pytest.mark.gpu(2)
+def test_sends_facing_each_other_in_one_batch_complete_on_nccl(facing):
+    """On 2 GPUs: 16 MiB sent both ways at once, each send in one batch with the
+    receive (what lab 05's run_order does): no hang, each rank gets the other's?"""
+    ranks = launch.run(facing, 2, args=(16,), backend="nccl", timeout=60)
+    assert ranks == [[1.0] * 3, [0.0] * 3]
+
+
+def test_sends_facing_each_other_in_one_batch_complete_on_gloo(facing):
+    """The same exchange on gloo CPU ranks (small), as the checks run it."""
+    ranks = launch.run(facing, 2, args=(1,), backend="gloo", timeout=60)
+    assert ranks == [[1.0] * 3, [0.0] * 3]

@@ -47,9 +47,10 @@ MACHINE_CODE = '''\
 import datetime, torch
 from IPython.display import Markdown
 from coursetools import measure
-from labkit import mode
+from labkit import hardware, mode
 _where = measure.machine()
 _gpus = torch.cuda.device_count()
+_jobs = hardware.choose(2, verbose=False)   # what the labs' 2-rank jobs really run on
 _quick = mode.is_quick()
 _note = {note}
 Markdown(_note)
@@ -59,12 +60,15 @@ MACHINE_NOTE = {
     "en": '''(f"**Numbers on this page** were produced on {_where['on']} ({_where['cpu']}), "
          f"torch {_where['torch']}, in {'quick mode (shrunk data and steps)' if _quick else 'full mode'}, "
          f"on {datetime.date.today()}: "
-         + (f"{_gpus} GPU(s), NCCL between GPU ranks." if _gpus else
+         + (f"{_gpus} GPU(s); the labs' 2-rank jobs ran {_jobs.backend} on "
+            f"{_jobs.device_type} ranks ({_jobs.reason})." if _gpus else
             "no GPU, so every rank is a CPU process on the gloo backend. GPU figures "
             "would differ (speed-ups, bandwidths, memory): see {compare}."))''',
     "zh_CN": '''(f"**本页的数字**出自 {_where['on']}（{_where['cpu']}），torch {_where['torch']}，"
          f"{'快速模式（数据和步数都缩小了）' if _quick else '完整模式'}，{datetime.date.today()}："
-         + (f"{_gpus} 块 GPU，GPU rank 之间用 NCCL。" if _gpus else
+         + (f"{_gpus} 块 GPU；各实验的双 rank 作业运行在 "
+            f"{_jobs.device_type} rank 上，后端为 {_jobs.backend}（{_jobs.reason}）。"
+            if _gpus else
             "没有 GPU，所以每个 rank 都是 gloo 后端上的 CPU 进程。GPU 上的数字会不同"
             "（加速比、带宽、显存）：见{compare}。"))''',
 }

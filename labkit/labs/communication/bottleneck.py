@@ -16,11 +16,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.autograd import DeviceType
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from labkit import data, models
+from labkit import data, hardware, models
 from labkit.messages import _
 from labkit.train import synchronize
 
@@ -94,15 +95,29 @@ def _rows(prof, steps: int, top: int) -> list[dict]:
     """The profiler's key averages as plain rows (ms per step), largest total first.
 
     ``total_ms`` / ``self_ms`` are CPU time; ``device_ms`` is the time the op's
-    kernels ran on the GPU (0 on CPU ranks). On a GPU the CPU side of a collective
-    only enqueues it: its cost is in ``device_ms``. Rows sort by the larger of the two.
+    kernels ran on the GPU (0 on CPU ranks); ``on`` is "cpu", or "gpu" for a row of
+    GPU events (kernels, a label's GPU annotation). On a GPU the CPU side of a
+    collective only enqueues it: its cost is in ``device_ms``. Rows sort by the
+    larger of the two.
     """
     rows = [{"name": e.key, "calls": e.count // steps,
              "total_ms": e.cpu_time_total / 1e3 / steps,
              "self_ms": e.self_cpu_time_total / 1e3 / steps,
-             "device_ms": getattr(e, "device_time_total", 0.0) / 1e3 / steps}
+             "device_ms": getattr(e, "device_time_total", 0.0) / 1e3 / steps,
+             "on": "cpu" if e.device_type == DeviceType.CPU else "gpu"}
             for e in prof.key_averages()]
     return sorted(rows, key=lambda r: -max(r["total_ms"], r["device_ms"]))[:top]
+
+
+def _phases_ms(rows: list[dict]) -> dict:
+    """Each labelled phase's ms per step, from its CPU row.
+
+    ``key_averages`` groups by device type too: with CUDA on, a ``record_function``
+    label has a CPU row and a GPU-annotation row whose CPU time is 0 (pytorch#144613);
+    the phase is the CPU row (the step's time on the rank's clock).
+    """
+    cpu = {row["name"]: row for row in rows if row["on"] == "cpu"}
+    return {phase: cpu[phase]["total_ms"] for phase in PHASES if phase in cpu}
 
 
 def _is_allreduce(name: str) -> bool:
@@ -166,9 +181,7 @@ def profile_step(ctx, folder: str, steps: int = 2, warmup: int = 3,
                 _one_step(ctx, model, optimizer, batches)
         prof.export_chrome_trace(trace)
     rows = _rows(prof, steps, top=10**6)
-    by_name = {row["name"]: row for row in rows}
-    return {"rank": ctx.rank, "trace": trace,
-            "phases_ms": {p: by_name[p]["total_ms"] for p in PHASES if p in by_name},
+    return {"rank": ctx.rank, "trace": trace, "phases_ms": _phases_ms(rows),
             "allreduce_ms": allreduce_ms(rows, ctx.device.type == "cuda"),
             "time": (_("GPU kernel time") if ctx.device.type == "cuda"
                      else _("CPU time")),
@@ -399,20 +412,30 @@ def draw_straggler(runs: dict, ax=None):
 class GpuMonitor:
     """Sample per-GPU utilisation with nvidia-smi while a ``with`` block runs.
 
-    ``samples`` maps a GPU index to its utilisation samples (%). Without nvidia-smi
-    (no NVIDIA GPU) it samples nothing and ``available`` is False: it says so.
+    ``samples`` maps a GPU index to its utilisation samples (%). ``device_type``:
+    where the ranks measured inside run ("cuda" or "cpu"; default: the lab's, from
+    ``labkit.begin``). CPU ranks (gloo, e.g. 2 ranks on a 1-GPU machine) leave the
+    GPUs idle, so nothing is sampled and the report says why; so too without
+    nvidia-smi (no NVIDIA GPU), where ``available`` is False. Lines nvidia-smi
+    cannot fill ("[N/A]" under MIG or vGPU, a line cut short when it is stopped)
+    are skipped and counted in ``unreadable``.
     """
 
     QUERY = ["--query-gpu=index,utilization.gpu,memory.used",
              "--format=csv,noheader,nounits", "-lms", "200"]
 
-    def __init__(self):
+    def __init__(self, device_type: str | None = None):
+        if device_type is None:
+            lab = hardware.lab_setup()
+            device_type = lab.device_type if lab else "cuda"
+        self.device_type = device_type
         self.available = shutil.which("nvidia-smi") is not None
         self.samples: dict = {}
+        self.unreadable = 0
         self._process = None
 
     def __enter__(self):
-        if self.available:
+        if self.available and self.device_type == "cuda":
             self._process = subprocess.Popen(["nvidia-smi", *self.QUERY],
                                              stdout=subprocess.PIPE, text=True)
         return self
@@ -422,15 +445,32 @@ class GpuMonitor:
             return
         self._process.terminate()
         out, _ = self._process.communicate(timeout=10)
-        for line in out.splitlines():
-            index, util, _memory = (field.strip() for field in line.split(","))
-            self.samples.setdefault(int(index), []).append(float(util))
+        self.read(out)
+
+    def read(self, text: str) -> None:
+        """Add nvidia-smi's CSV lines (index, utilisation, memory) to ``samples``."""
+        for line in text.splitlines():
+            try:   # all three fields, or the line is "[N/A]" or cut short
+                index, util, memory = (field.strip() for field in line.split(","))
+                index, util, _memory = int(index), float(util), float(memory)
+            except ValueError:
+                self.unreadable += 1
+                continue
+            self.samples.setdefault(index, []).append(util)
 
     def report(self) -> str:
         """One line per GPU: mean and peak utilisation over the samples."""
         if not self.available:
             return _("No nvidia-smi here (no NVIDIA GPU): per-GPU utilisation is "
                      "measured on GPU machines only.")
+        if self.device_type != "cuda":
+            return _("The ranks ran as CPU processes (gloo), not on this machine's "
+                     "GPU(s): their utilisation says nothing about these ranks, so it "
+                     "was not sampled. With a GPU per rank, NCCL puts them there.")
+        if not self.samples:
+            return _("nvidia-smi gave no utilisation ({count} line(s) it could not "
+                     "fill, such as [N/A] under MIG or vGPU).").format(
+                         count=self.unreadable)
         return "\n".join(
             _("GPU {index}: mean {mean:.0f} %, peak {peak:.0f} % ({count} samples)"
               ).format(index=index, mean=sum(u) / len(u), peak=max(u), count=len(u))

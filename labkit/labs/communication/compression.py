@@ -170,7 +170,7 @@ def _one(ctx, spec, cfg: CompressionConfig, train_split, test) -> dict:
             "bytes_per_step": steps[-1][0],
             "ms_per_step": 1e3 * sorted(s for _, s in timed)[len(timed) // 2],
             "slow_link_ms": 1e3 * sorted(s for _, s in slow)[len(slow) // 2],
-            "accuracy": accuracy}
+            "accuracy": accuracy, "backend": ctx.backend}
 
 
 def train_variants(ctx, cfg: CompressionConfig, specs) -> list[dict]:

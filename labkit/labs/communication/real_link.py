@@ -24,7 +24,9 @@ def compression_on_link(profile="1gbe", specs=("allreduce", "powersgd-1"),
     ``ByteCounter`` sleeps each all-reduce's bytes x 2(N-1)/N at the link's rate
     (``compression.train_variants``'s slow-link steps); ``emulated`` passes results
     of that run already made (lab 06, section 3), matched by hook name. Real: one
-    rank in each of two namespace nodes, the link shaped by tbf, no sleep. Returns
+    rank in each of two namespace nodes, the link shaped by tbf, no sleep. Both run
+    gloo CPU ranks: given results from another backend (section 3 on NCCL, as root
+    on a GPU machine) are measured again on gloo before a real run. Returns
     ``{"rows", "reason", "link", "emulated", "real"}``: per hook the bytes per step,
     the ms per step here, emulated and real (None without root), and its bytes'
     time on the wire; ``reason`` says why there is no real run.
@@ -39,13 +41,20 @@ def compression_on_link(profile="1gbe", specs=("allreduce", "powersgd-1"),
             steps=steps, width=width, limit=limit, test_limit=1000,
             powersgd_start=max(2, steps // 4), slow_steps=max(3, steps // 4),
             slow_link_gbytes_per_s=chosen.bytes_per_s / 1e9)
-    if emulated is None:
-        emulated = launch.run(compression.train_variants, 2,
-                              args=(cfg, list(specs)), timeout=300)[0]
+    reason = cluster.unavailable()
+    ran_on = {r.get("backend", "gloo") for r in emulated or []} - {"gloo"}
+    if ran_on and reason is None:   # NCCL's GPU ranks next to the link's CPU ranks
+        if verbose:
+            print(_("The emulation given ran on {backend}; the real link carries gloo "
+                    "CPU ranks, so it runs again on gloo: both columns then time the "
+                    "same CPU ranks.").format(backend=", ".join(sorted(ran_on))))
+        emulated = None
+    if emulated is None:   # on gloo, as the real link's ranks
+        emulated = launch.run(compression.train_variants, 2, args=(cfg, list(specs)),
+                              backend="gloo", timeout=300)[0]
     names = [compression.label(spec) for spec in specs]
     by_name = {r["name"]: r for r in emulated}
     emulated = [by_name[name] for name in names]
-    reason = cluster.unavailable()
     real = None
     if reason is None:
         with cluster.Cluster(2, chosen, verbose=False) as box:

@@ -6,13 +6,15 @@ The program checks launch the learner's module on 2 gloo ranks through
 for). ``timeline.Watch`` records, in each rank, the order in which its stage ran the
 forwards and backwards of the micro-batches; the checks compare that order with the
 reference schedule (``pipeline.orders``) where the order is the exercise (1F1B), and
-otherwise use it only to explain wrong gradients.
+otherwise use it only to explain wrong gradients. The messages each rank posted are
+replayed as NCCL would run them (``nccl_order``): an order that passes on gloo but
+would hang on NCCL passes, with that said (gloo cannot show the hang by running).
 """
 
 import re
 from dataclasses import replace
 
-from labkit import pipeline, stages, timeline
+from labkit import nccl_order, pipeline, stages, timeline
 from labkit.checks._core import ExerciseFailed, attempt, expect_close, passed
 from labkit.checks._reference import use_reference
 from labkit.checks._solved import has_passed, solved
@@ -103,6 +105,15 @@ def _check_gradients(name: str, ranks: list, cfg, run: int, what: str,
                  rel=1e-5)
 
 
+def _on_nccl(ranks: list) -> str:
+    """What the recorded messages would do on NCCL: "" if they complete, else why not.
+
+    Never a failure: the exercise runs on gloo, where the order is correct.
+    """
+    stuck = nccl_order.first_hang([r["messages"] for r in ranks])
+    return "\n" + nccl_order.describe(stuck) if stuck else ""
+
+
 # ---------------------------------------------------------------- exercise 5.2
 
 
@@ -167,7 +178,8 @@ def gpipe_step(path="gpipe.py", bound_s: float = BOUND_S) -> None:
         _check_fill_drain(name, orders, cfg.num_microbatches)
     passed(name, _("m = 2 and 4: the full batch's gradients (to {tolerance:g}) on "
                    "both ranks, every forward before the first backward. {not_checked}"
-                   ).format(tolerance=TOLERANCE, not_checked=_(NOT_CHECKED)))
+                   ).format(tolerance=TOLERANCE, not_checked=_(NOT_CHECKED))
+           + _on_nccl(ranks))
 
 
 # ---------------------------------------------------------------- exercise 5.3
@@ -224,8 +236,11 @@ def _explain_order(text: str) -> str | None:
         return _("Two blocking sends facing each other: in 1F1B a rank sends "
                  "activations forward while the next rank sends it a gradient back, "
                  "and a blocking dist.send waits until the other side receives, so "
-                 "both wait forever (deadlock). Send with dist.isend, keep the "
-                 "handles, and wait on them at the end of the step.")
+                 "both wait forever (deadlock). A dist.isend would pass here on gloo, "
+                 "but not on NCCL, where even non-blocking sends facing each other "
+                 "wait for each other: post each send with the receive that the next "
+                 "action waits for in one dist.batch_isend_irecv, as the given "
+                 "run_order does.")
     if "waited" in text and "dist.recv" in text:
         return _("The two ranks' orders do not fit together: one waits for a message "
                  "the other never sends. Is every micro-batch forwarded and backwarded "
@@ -267,4 +282,4 @@ def one_f_one_b(path="one_f_one_b.py", bound_s: float = BOUND_S) -> None:
                    "{held_gpipe} ({kib_gpipe:.0f} KiB). {not_checked}").format(
                        cases=len(ORDER_CASES), held_1f1b=held["1f1b"], kib_1f1b=kib[0],
                        held_gpipe=held["gpipe"], kib_gpipe=kib[1],
-                       not_checked=_(NOT_CHECKED)))
+                       not_checked=_(NOT_CHECKED)) + _on_nccl(ranks))

@@ -378,7 +378,10 @@ def _forward(name: str, fn, model, images):
     """Run the learner's forward; a shape error names the classic cause (no flatten)."""
     try:
         return attempt(name, fn, model, images)
-    except RuntimeError as err:
+    except ExerciseFailed as failed:
+        err = failed.__context__               # what the learner's code raised
+        if not isinstance(err, RuntimeError):
+            raise
         if "cannot be multiplied" in str(err):
             hint = _("`model.embed` is nn.Linear(784, {width}) and the images are "
                      "(B, 1, 28, 28): give it images.flatten(1), shape (B, 784), as "

@@ -18,7 +18,19 @@ from labkit.labs.sharding import sharding_memory
 from labkit.messages import _
 
 __all__ = ["TrainConfig", "Block", "BlockMLP", "block_mlp", "rank_batches", "ddp_adam",
-           "weights"]
+           "weights", "WEIGHT_TOLERANCE"]
+
+# How far a sharded variant's weights may be from DDP's after a few Adam steps (lr
+# 1e-3, fp32), by where the ranks ran. Adam divides by sqrt(v) + eps (1e-8), so a
+# weight whose gradient is near eps moves up to lr * d / (4 eps) per step when the
+# gradient changes by d: every rounding difference is amplified. Measured on CPU
+# (tests/labs/sharding/test_tolerance.py, width 256, N = 4, 3 steps): another
+# summation order of the ranks' gradients (NCCL's ring or tree) moves the weights
+# by ~2e-6; each rank's gradients off by 1e-7 (a kernel's rounding) by ~2e-5. A
+# sign flip cannot do more: rounding flips only |g| below its own error, far under
+# eps, where Adam's step is lr * |g| / eps. So 1e-4 holds on GPUs with fp32
+# matmuls, not with TF32 (gradients off by 1e-3 move weights by ~2e-3).
+WEIGHT_TOLERANCE = {"cpu": 1e-5, "cuda": 1e-4}
 
 
 @dataclass(frozen=True)

@@ -343,3 +343,20 @@ def test_bucket_timeline_several_buckets_start_during_backward():
     assert first["ready_ms"] < several["compute_end_ms"]   # started inside backward
     assert sum(b["bytes"] for b in several["buckets"]) == one["buckets"][0]["bytes"]
     assert one["hidden"] == 0.0 and 0.0 <= several["hidden"] <= 1.0
+
+
+# ---------------------------------------------------------------- on 2 GPUs (NCCL)
+
+
+@pytest.mark.gpu(2)
+def test_profile_step_on_nccl_reports_every_phase_and_the_kernels(tmp_path):
+    """On 2 GPUs the profiler adds a GPU-annotation row per label (CPU time 0): is
+    every phase still its CPU time (data loading not 0.0), and the all-reduce the
+    NCCL kernels' GPU time?"""
+    ranks = launch.run(bottleneck.profile_step, 2, args=(str(tmp_path), 2, 2),
+                       backend="nccl", timeout=120)
+    for r in ranks:
+        assert set(r["phases_ms"]) == set(bottleneck.PHASES)
+        assert all(ms > 0 for ms in r["phases_ms"].values()), r["phases_ms"]
+        assert r["allreduce_ms"] > 0 and r["time"] == "GPU kernel time"
+        assert "traceEvents" in json.loads(open(r["trace"]).read())

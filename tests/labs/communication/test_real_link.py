@@ -48,9 +48,55 @@ def test_compression_on_link_without_root_is_the_emulation_alone(monkeypatch):
     from labkit.labs.communication import compression
 
     calls = []
-    monkeypatch.setattr(launch, "run", lambda worker, n, args, timeout: calls.append(
-        worker) or [[{"name": s, "bytes_per_step": 8, "ms_per_step": 1.0,
-                      "slow_link_ms": 2.0} for s in args[1]]] * n)
+    monkeypatch.setattr(launch, "run", lambda worker, n, args, backend, timeout:
+                        calls.append((worker, backend)) or _rows(args[1], backend, n))
     result = real_link.compression_on_link("1gbe", verbose=False)
-    assert calls == [compression.train_variants]
+    assert calls == [(compression.train_variants, "gloo")]
     assert result["reason"] == "needs root (test)" and result["real"] is None
+
+
+def _rows(specs, backend, n):
+    """What train_variants returns on each of ``n`` ranks (bytes and times made up)."""
+    return [[{"name": s, "bytes_per_step": 8, "ms_per_step": 1.0, "slow_link_ms": 2.0,
+              "backend": backend} for s in specs]] * n
+
+
+def test_an_nccl_emulation_is_measured_again_on_gloo_for_the_real_link(monkeypatch):
+    """As root on a GPU machine, section 3's emulation ran on NCCL: is it run again on
+    gloo before the real link's gloo ranks are put next to it (like with like)?"""
+    from labkit import launch
+    from labkit.labs.communication import compression
+
+    monkeypatch.setattr(cluster, "_probe_result", {"reason": None})
+    launched = []
+
+    def run(worker, n, args, backend, timeout):
+        launched.append(backend)
+        return _rows(args[1], backend, n)
+
+    class Box:   # the two namespace nodes, as far as the comparison goes
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def launch(self, worker, args, timeout):
+            launched.append("real link")
+            return _rows(args[1], "gloo", 2)
+
+    monkeypatch.setattr(launch, "run", run)
+    monkeypatch.setattr(cluster, "Cluster", Box)
+    nccl_rows = _rows(["allreduce", "powersgd-1"], "nccl", 1)[0]
+    result = real_link.compression_on_link("1gbe", emulated=nccl_rows, verbose=False,
+                                           cfg=compression.CompressionConfig())
+    assert launched == ["gloo", "real link"]
+    assert {r["backend"] for r in result["emulated"]} == {"gloo"}
+    gloo_rows = _rows(["allreduce", "powersgd-1"], "gloo", 1)[0]
+    launched.clear()
+    real_link.compression_on_link("1gbe", emulated=gloo_rows, verbose=False,
+                                  cfg=compression.CompressionConfig())
+    assert launched == ["real link"]   # already like with like: not run again

@@ -298,3 +298,25 @@ def test_evaluation_tensors_live_on_the_rank_device(folder, monkeypatch):
     with pytest.raises(Stop):
         breakers.padded_evaluation(ctx, 9)
     assert devices and all(d.type == "meta" for d in devices)
+
+
+# ---------------------------------------------------------------- on 2 GPUs (NCCL)
+
+
+@pytest.mark.gpu(2)
+def test_buckets_and_no_sync_on_nccl(folder):
+    """Lab 03's bucket measurement on 2 GPUs: the same buckets as on gloo, each
+    all-reduce timed on CUDA events (NCCL's futures finish at enqueue: a host clock
+    would read 0), and no_sync's one all-reduce?"""
+    from labkit import launch
+
+    measure = _module(folder, "ddp_measure.py")
+    small, large, default = (
+        launch.run(measure.buckets, 2, args=(cap,), backend="nccl")[0]
+        for cap in (0.25, 25.0, None))
+    assert len(small["mb"]) > len(large["mb"]) == 1
+    assert len(default["mb"]) == 2 and default["mb"][0] <= 1.05
+    assert all(done > ready >= 0 for ready, done in small["spans_ms"])
+    acc = launch.run(measure.accumulate, 2, backend="nccl")[0]
+    assert acc["allreduces"] == {"plain": 4, "no_sync": 1}
+    assert acc["max_grad_gap"] < 1e-5

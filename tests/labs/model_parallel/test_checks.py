@@ -160,3 +160,26 @@ def test_timeline_of_the_solution_never_overlaps(folder):
     assert timeline.busy_overlap(events) == 0.0
     grads = {**ranks[0]["runs"][0]["grads"], **ranks[1]["runs"][0]["grads"]}
     assert models.max_difference(stages.reference(cfg)["grads"], grads) < 1e-6
+
+
+# ---------------------------------------------------------------- on 2 GPUs (NCCL)
+
+
+@pytest.mark.gpu(2)
+def test_split_step_over_nccl_send_recv_gives_the_whole_models_gradients(folder):
+    """Lab 04's split step on 2 GPUs: NCCL's real send/recv (no guard, which runs on
+    gloo only), the activations and their gradient across the cut: the unsplit
+    model's gradients and loss?"""
+    from labkit import launch, stages
+    from labkit.checks._programs import load_program
+
+    load_program(folder / "split_step.py")
+    cfg = stages.Config(num_layers=4, width=512, batch=128)
+    program = stages.Program("split_step", "train_step", "batch")
+    ranks = launch.run(stages.run_program, 2, args=(program, [cfg]), backend="nccl",
+                       timeout=60)
+    assert [r["device"] for r in ranks] == ["cuda:0", "cuda:1"]
+    want = stages.reference(cfg)
+    grads = {**ranks[0]["runs"][0]["grads"], **ranks[1]["runs"][0]["grads"]}
+    assert models.max_difference(want["grads"], grads) < 1e-4
+    assert ranks[1]["runs"][0]["loss"] == pytest.approx(want["loss"], rel=1e-4)

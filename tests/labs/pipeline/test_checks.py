@@ -146,11 +146,27 @@ def test_gpipe_table_accepts_tuples_and_dots():
 
 
 def test_one_f_one_b_passes_and_measures_memory(folder, capsys):
-    """Does the solution's 1F1B pass, holding [2, 1] micro-batches where GPipe holds 4?"""
+    """Does the solution's 1F1B pass, holding [2, 1] micro-batches where GPipe holds 4,
+    with messages that NCCL would run to the end (no hang named)?"""
     checks.one_f_one_b(str(folder / "one_f_one_b.py"))
     out = capsys.readouterr().out
     assert "✅ one_f_one_b: passed" in out
     assert "holding [2, 1] micro-batches" in out and "GPipe holds [4, 4]" in out
+    assert "would hang" not in out
+
+
+def test_plain_isends_pass_on_gloo_and_are_named_for_nccl(tmp_path, monkeypatch,
+                                                          capsys):
+    """run_order with one lone dist.isend per send (right on gloo): does it pass, and
+    does the check say where NCCL would hang (rank 0 sending a1 as rank 1 sends g0)?"""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(ALTERNATIVES / "lab05_one_f_one_b_plain_isend.py",
+                tmp_path / "one_f_one_b.py")
+    checks.one_f_one_b("one_f_one_b.py")
+    out = capsys.readouterr().out
+    assert "✅ one_f_one_b: passed" in out
+    assert ("On NCCL these messages would hang: rank 0 in a send to rank 1 of (4, 32); "
+            "rank 1 in a send to rank 0 of (4, 32)") in out
 
 
 @pytest.mark.parametrize("mistake, replace, hint", [
@@ -165,11 +181,10 @@ def test_one_f_one_b_passes_and_measures_memory(folder, capsys):
        "    order = [(\"F\", i) for i in range(m)] + [(\"B\", i) for i in range(m)]\n"
        "    order += []")], "expected(.|\n)*F0 F1 B0 F2 B1 F3 B2 B3"),
     ("blocking sends facing each other: deadlock",
-     [("sends.append(dist.isend(out.detach(), dst=ctx.rank + 1))",
+     [("send(out.detach(), ctx.rank + 1, step)",
        "dist.send(out.detach(), dst=ctx.rank + 1)"),
-      ("sends.append(dist.isend(x.grad, dst=ctx.rank - 1))",
-       "dist.send(x.grad, dst=ctx.rank - 1)")],
-     "Two blocking sends facing each other.*dist.isend"),
+      ("send(x.grad, ctx.rank - 1, step)", "dist.send(x.grad, dst=ctx.rank - 1)")],
+     "Two blocking sends facing each other.*not on NCCL.*dist.batch_isend_irecv"),
 ])
 def test_one_f_one_b_names_the_mistake(folder, mistake, replace, hint):
     """Does each classic 1F1B mistake get its own hint, and a deadlock no hang?"""
@@ -239,3 +254,29 @@ def test_torch_pipelining_demo_matches_the_full_batch(folder):
     assert ranks[0]["1f1b with m=1"] == (
         "ValueError: Number of microbatches (1) must be greater than or equal to the "
         "number of stages (2).")
+
+
+# ---------------------------------------------------------------- on 2 GPUs (NCCL)
+
+
+@pytest.mark.gpu(2)
+def test_1f1b_runs_on_nccl_with_the_full_batchs_gradients(folder):
+    """The lab's run_order on 2 GPUs over NCCL, no guard, micro-batches of 256 KiB:
+    does 1F1B finish (each send batched with the next receive: no sends facing each
+    other on one stream), with the full batch's gradients and [2, 1] held, and GPipe's
+    order through the same loop too?"""
+    module = load_program(folder / "one_f_one_b.py")
+    cfg = stages.Config(num_layers=8, width=1024, batch=256, num_microbatches=4)
+    orders = [[module.one_f_one_b(r, 2, 4) for r in range(2)],
+              [[(a.kind, a.microbatch) for a in row] for row in pipeline.orders(
+                  "gpipe", 2, 4)]]
+    program = stages.Program("one_f_one_b", "run_order", "order")
+    ranks = launch.run(stages.run_program, 2, args=(program, [cfg, cfg], orders),
+                       backend="nccl", timeout=60)
+    assert [r["device"] for r in ranks] == ["cuda:0", "cuda:1"]
+    want = stages.reference(cfg)
+    for run in (0, 1):
+        grads = {**ranks[0]["runs"][run]["grads"], **ranks[1]["runs"][run]["grads"]}
+        assert models.max_difference(want["grads"], grads) < 1e-4
+        assert ranks[1]["runs"][run]["loss"] == pytest.approx(want["loss"], rel=1e-4)
+    assert [r["runs"][0]["peak_held"] for r in ranks] == [2, 1]

@@ -13,7 +13,7 @@ import pytest
 import torch
 from notebook_cells import expect_hint, solution_folder, write_program
 
-from labkit import launch
+from labkit import launch, models
 from labkit.checks import ExerciseFailed
 from labkit.checks._programs import load_program
 from labkit.labs.tensor_parallel import checks, latency_model
@@ -308,3 +308,27 @@ def test_saved_activation_bytes_counts_activations_not_weights():
     x = torch.randn(4, 256, requires_grad=True)
     _, saved = tp.saved_activation_bytes(model, lambda: model(x))
     assert saved == x.numel() * 4          # Linear saves its input, and its weight
+
+
+# ---------------------------------------------------------------- on 2 GPUs (NCCL)
+
+
+@pytest.mark.gpu(2)
+def test_tensor_parallel_on_nccl_equals_unsplit(folder):
+    """On 2 GPUs over NCCL: exercise 8.1's Megatron MLP (its all-reduces inside
+    autograd Functions, the backward's on autograd's thread) and the
+    parallelize_module demo give the unsplit MLP's outputs and gradients?"""
+    torch.manual_seed(0)
+    mlp, x = tp.MLP(16, 64), torch.randn(8, 16)
+    want = tp.unsplit(mlp, x)
+    load_program(folder / "tp_mlp.py")
+    ranks = launch.run(checks.run_learner, 2, args=("tp_mlp", mlp.state_dict(), x),
+                       backend="nccl", timeout=60)
+    for rank, got in enumerate(ranks):
+        checks._check_mlp_rank("tp_mlp", rank, got, mlp, x, want, 2)
+    api_demo = load_program(folder / "api_demo.py")
+    ranks = launch.run(api_demo.split_mlp, 2, args=(mlp.state_dict(), x),
+                       backend="nccl", timeout=60)
+    for got in ranks:
+        assert (got["out"] - want["out"]).abs().max() < 1e-5
+        assert models.max_difference(want["grads"], got["grads"]) < 1e-5
