@@ -150,7 +150,7 @@ def test_dp_traffic_that_shows_is_named(monkeypatch):
     slow = cm.Link("10 GbE", 50e-6, 1.25e9, "test")
     case = planner.Case("8B on 4 nodes", cm.LLAMA3["8B"],
                         cm.h100_cluster(4, inter=slow), 8192, 256)
-    monkeypatch.setattr(checks, "CASES", {case.name: case})
+    monkeypatch.setattr(plan_verdicts, "CASES", {case.name: case})
     plan_verdicts._best.cache_clear()
     try:
         message = _failure(checks.plans, lambda: {case.name: Plan(
