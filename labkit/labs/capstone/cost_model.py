@@ -14,31 +14,18 @@ import math
 from dataclasses import dataclass
 
 from labkit.labs.capstone import layout
+from labkit.labs.capstone.cost_models import (
+    NVLINK_H100,
+    Link,
+    all_reduce_seconds,
+    p2p_seconds,
+)
 from labkit.messages import N_
 
-__all__ = ["Link", "Cluster", "H200_NODE", "params_per_rank", "state_bytes",
+__all__ = ["Cluster", "H200_NODE", "params_per_rank", "state_bytes",
            "activation_bytes", "messages", "predict_step"]
 
 FLOAT = 4   # fp32 bytes, what the CPU ranks train in
-
-
-@dataclass(frozen=True)
-class Link:
-    """A link's alpha-beta cost: ``alpha_s`` per call plus bytes / ``bytes_per_s``."""
-
-    name: str
-    alpha_s: float
-    bytes_per_s: float
-    source: str
-
-    def message_seconds(self, nbytes: float) -> float:
-        return self.alpha_s + nbytes / self.bytes_per_s
-
-    def allreduce_seconds(self, nbytes: float, ranks: int) -> float:
-        """A ring all-reduce: each rank sends 2(n-1)/n of the bytes."""
-        if ranks == 1:
-            return 0.0
-        return self.alpha_s + 2 * (ranks - 1) / ranks * nbytes / self.bytes_per_s
 
 
 @dataclass(frozen=True)
@@ -53,12 +40,9 @@ class Cluster:
     source: str
 
 
-# The same figures as lab 08's latency model (sources there and here).
-NVLINK4 = Link("NVLink 4 (H100/H200)", 6e-6, 370e9, N_(
-    "alpha: ~6 us all-reduce on 2 H100 with NVLink SHARP (NVIDIA/nccl#1259); beta: "
-    "NCCL's effective NVLink bandwidth ~370 GB/s of the 450 GB/s line rate "
-    "(NVIDIA/nccl-tests#212)"))
-H200_NODE = Cluster("one node of 8 x H200, NVLink 4", 989e12, NVLINK4, 0.4, 2, N_(
+# NVLink 4 is the H100's and the H200's (900 GB/s in all, 450 each way): the
+# planner's link, with its sources (cost_models.NVLINK_H100; lab 08 uses the same).
+H200_NODE = Cluster("one node of 8 x H200, NVLink 4", 989e12, NVLINK_H100, 0.4, 2, N_(
     "989 TFLOP/s dense bf16 (NVIDIA H200 datasheet); 40 % of it is an ASSUMPTION; "
     "bf16 activations and gradients (2 bytes)"))
 
@@ -160,12 +144,12 @@ def predict_step(cfg, batch: int, cluster: Cluster = H200_NODE) -> dict:
     slowest = max(range(cfg.pp), key=lambda s: _flops_forward(cfg, s, tokens))
     blocks = len(layout.stage_blocks(cfg, slowest))
     compute = 3 * _flops_forward(cfg, slowest, tokens) / speed      # F + B = 3 F
-    tp = 4 * blocks * link.allreduce_seconds(activation, cfg.tp)
-    hop = 2 * link.message_seconds(activation) if cfg.pp > 1 else 0.0
+    tp = 4 * blocks * all_reduce_seconds(activation, cfg.tp, link)
+    hop = 2 * p2p_seconds(activation, link) if cfg.pp > 1 else 0.0
     slots = m + cfg.pp - 1
     rank = layout.rank_of(cfg, layout.Coords(slowest, 0, 0))
-    dp = link.allreduce_seconds(cluster.element_bytes * params_per_rank(cfg, rank),
-                                cfg.dp)
+    dp = all_reduce_seconds(cluster.element_bytes * params_per_rank(cfg, rank), cfg.dp,
+                            link)
     parts = {"compute": slots * compute, "tp": slots * tp, "pp": slots * hop,
              "dp": dp, "bubble": (cfg.pp - 1) * (compute + tp + hop)}
     parts["total"] = parts["compute"] + parts["tp"] + parts["pp"] + parts["dp"]
