@@ -9,7 +9,7 @@ other modules) and never from another room. What two labs share lives in the run
     single_device   lab 01      sharding          lab 07
     data_parallel   lab 02      tensor_parallel   lab 08
     ddp             lab 03      fault_tolerance   lab 09
-    model_parallel  lab 04
+    model_parallel  lab 04      capstone          lab 10
     pipeline        lab 05
 
 The benchmarks behind the course's measured claims (``labkit bench NAME``) are named
@@ -23,7 +23,8 @@ __all__ = ["ROOMS", "BENCHMARKS", "run_benchmark"]
 
 ROOMS = {"environment": "00", "single_device": "01", "data_parallel": "02", "ddp": "03",
          "model_parallel": "04", "pipeline": "05", "communication": "06",
-         "sharding": "07", "tensor_parallel": "08", "fault_tolerance": "09"}
+         "sharding": "07", "tensor_parallel": "08", "fault_tolerance": "09",
+         "capstone": "10"}
 
 # name -> (module in its room, function, what it measures)
 BENCHMARKS = {

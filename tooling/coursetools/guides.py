@@ -70,7 +70,8 @@ WORDING = {"zh_CN": {
                     "bf16 autocast timed": "为 bf16 autocast 计时",
                     "3 replicas on 3 GPUs": "3 块 GPU 上的 3 个副本",
                     "2 ranks": "2 个 rank", "FSDP2 at N = 4": "N = 4 时的 FSDP2",
-                    "the 2 × 2 mesh": "2 × 2 设备网格"}}}}}
+                    "the 2 × 2 mesh": "2 × 2 设备网格",
+                    "the 2 × 2 × 2 mesh": "2 × 2 × 2 设备网格"}}}}}
 
 
 def _slug(heading: str) -> str:

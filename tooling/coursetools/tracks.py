@@ -84,9 +84,15 @@ TRACKS = {
         [demo("06", minutes=30), lab("07"), BREAK, lab("09"), LUNCH, lab("08"), BREAK,
          WRAP]],
     "5-day course": [
-        [lab(a), BREAK, lab(b), LUNCH, appendices(a, b), WRAP]
-        for a, b in (("00", "01"), ("02", "03"), ("04", "05"), ("06", "07"),
-                     ("08", "09"))],
+        [lab("00"), BREAK, lab("01"), LUNCH, appendices("00", "01"), WRAP],
+        [lab("02"), BREAK, lab("03"), LUNCH, appendices("02", "03"), WRAP],
+        # lab 09 (it needs only 03) joins day 3, so that 08 joins day 4 and day 5
+        # holds lab 10, the capstone (3½ h), which composes 03, 05, 07 and 08
+        [lab("04"), BREAK, lab("05"), LUNCH, lab("09"), appendices("04", "05", "09"),
+         WRAP],
+        [lab("06"), BREAK, lab("07"), LUNCH, lab("08"), appendices("06", "07", "08"),
+         WRAP],
+        [lab("10"), LUNCH, appendices("10"), WRAP]],
 }
 SELF_STUDY = "self-study"
 _LABS_NAMED = re.compile(r"\b(\d\d)\b")

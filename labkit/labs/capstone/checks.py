@@ -1,0 +1,284 @@
+"""Checks for lab 10 (the capstone): the GPT's block split over a TP group, DP's
+bucketed all-reduce, the pipeline stage with 1F1B, and the three composed on a
+2 x 2 x 2 mesh, each compared with one process.
+
+Every check launches the learner's module on gloo CPU ranks (``pieces``, ``harness``)
+and judges what the ranks computed: losses, weights after every step, gradients, and,
+where the exercise is about them, the messages (how many all-reduces, when). The
+hints come from that evidence (``evidence``, ``hints``); the order of the pipeline's
+messages is replayed under NCCL's rules (``nccl_order``) as a warning, never a verdict.
+The planning exercises (section 6) are judged on the cost models' predictions
+(``plan_verdicts``); they are called from here, where ``use_reference`` finds them.
+"""
+
+import time
+from dataclasses import replace
+
+import torch
+
+from labkit.checks._core import ExerciseFailed, passed
+from labkit.checks._programs import first_difference, launch_program, load_program
+from labkit.checks._reference import use_reference
+from labkit.labs.capstone import (
+    corpus,
+    evidence,
+    gpt,
+    harness,
+    hints,
+    layout,
+    nccl_order,
+    pieces,
+    plan_verdicts,
+    reference,
+)
+from labkit.messages import N_, _
+
+__all__ = ["use_reference", "CHECK", "check_batches", "tp_block", "dp_buckets",
+           "pipeline", "train_3d", "CASES", "MARGIN", "plans", "first_stage_bytes"]
+
+TOLERANCE = reference.TOLERANCE
+CASES, MARGIN = plan_verdicts.CASES, plan_verdicts.MARGIN   # section 6's cases
+CHECK = layout.RunConfig(model=gpt.GPTConfig(context=16, width=32, num_layers=2,
+                                             num_heads=4),
+                         dp=2, tp=2, pp=2, num_microbatches=4, bucket_bytes=2**13)
+STEPS, BATCH = 3, 8
+GLOO_ONLY = N_("Checked on gloo CPU ranks; on NCCL the same code also needs "
+               "device=ctx.device for every buffer it makes.")   # used as _()
+
+
+def check_batches(seed: int = 0, steps: int = STEPS) -> torch.Tensor:
+    """The check's batches: (steps, 8, 17) windows of the corpus, read here once."""
+    train, _val = corpus.split(corpus.tokens())
+    return corpus.batches(train, steps, BATCH, CHECK.model.context, seed)
+
+
+# ---------------------------------------------------------------- exercise 10.1
+
+
+def _tp_case():
+    torch.manual_seed(0)
+    state = gpt.build(CHECK.model).blocks[0].state_dict()
+    inputs = [torch.randn(2, 8, CHECK.model.width,
+                          generator=torch.Generator().manual_seed(s)) for s in (1, 2)]
+    return state, inputs
+
+
+def _tp_problem(rank: int, got: dict, state: dict, inputs: list) -> str | None:
+    tp, group = 2, tuple(pieces.PAIRS["tp"][rank // 2])
+    x = inputs[rank // 2]
+    want = hints.unsplit_block(state, CHECK, x)
+    if not torch.allclose(got["out"], want["out"], atol=TOLERANCE, rtol=0):
+        return _("rank {rank}'s block output differs from the whole block's by "
+                 "{gap:.3g}: {hint}").format(
+                     rank=rank, gap=(got["out"] - want["out"]).abs().max().item(),
+                     hint=hints.tp_output_hint(got, group, state, CHECK, x))
+    if not torch.allclose(got["x_grad"], want["x_grad"], atol=TOLERANCE, rtol=0):
+        return _("rank {rank}'s input gradient differs from the whole block's by "
+                 "{gap:.3g}: {hint}").format(
+                     rank=rank, gap=(got["x_grad"] - want["x_grad"]).abs().max().item(),
+                     hint=hints.tp_input_grad_hint(got, want, tp))
+    shards = {name: layout.tp_part(name, grad, rank % 2, tp)
+              for name, grad in want["grads"].items()}
+    gap = first_difference(shards, layout.canonical(got["grads"], shards), TOLERANCE)
+    if gap:
+        return _("rank {rank}'s gradient of {tensor} differs from its block of the "
+                 "whole block's by {gap:.3g}. Keep each shard as a parameter named as "
+                 "in gpt.Block (attn.q.weight, mlp.fc2.bias, ...).").format(
+                     rank=rank, tensor=gap[0], gap=gap[1])
+    return None
+
+
+def tp_block(path="tp_gpt.py") -> None:
+    """Check the learner's parallelize_block on 4 gloo ranks: two TP pairs, each on its
+    own input, against the whole gpt.Block in this process."""
+    name = "tp_block"
+    module = load_program(path)
+    state, inputs = _tp_case()
+    ranks = launch_program(name, pieces.run_tp_block, 4,
+                           args=(module.__name__, CHECK, state, inputs),
+                           module=module.__name__, explain=hints.explain_rank,
+                           timeout=60, hang_hint=_(
+                               "Do both ranks of a TP pair all-reduce in the same "
+                               "places, on the group they were given?"))
+    for rank, got in enumerate(ranks):
+        problem = _tp_problem(rank, got, state, inputs)
+        if problem:
+            raise ExerciseFailed(f"{name}: {problem}")
+    forward = sum(e["phase"] == "forward" for e in ranks[0]["comm"])
+    backward = sum(e["phase"] == "backward" for e in ranks[0]["comm"])
+    passed(name, _("2 heads per rank: output, input gradient and every shard's "
+                   "gradient equal the whole block's to {tolerance:g}, with "
+                   "{forward} all-reduces forward and {backward} backward per block, "
+                   "each over its TP pair.").format(tolerance=TOLERANCE,
+                                                    forward=forward, backward=backward))
+
+
+# ---------------------------------------------------------------- exercise 10.2
+
+DP_ONLY = replace(CHECK, dp=2, tp=1, pp=1)
+
+
+def _dp_gap(ranks, batches, refs, accumulations_index) -> str | None:
+    for pair, members in enumerate(pieces.PAIRS["dp"]):
+        run = [ranks[r]["runs"][accumulations_index] for r in members]
+        ref = refs[pair]   # one process, on this pair's batches
+        gap = evidence.first_gap(DP_ONLY, run, ref, losses=False)
+        if gap is None:
+            continue
+        if run[0]["unwaited"]:
+            return _("{count} bucket(s) were never waited for: wait() must wait for "
+                     "every bucket launched in this step.").format(
+                         count=run[0]["unwaited"])
+        differ = evidence.replicas_differ(DP_ONLY, run, gap.step)
+        scale = evidence.scale_of(DP_ONLY, run, batches[pair], [2.0, 0.5, 4.0])
+        hint = {2.0: _("The gradients are 2 x the mean: the sum over the DP group. "
+                       "Divide by the group's size, dist.get_world_size(group)."),
+                0.5: _("The gradients are half the mean: divided by the world size "
+                       "(4), not by the group's (2).")}.get(scale)
+        if differ and hint is None:
+            hint = _("ranks {a} and {b} hold different {tensor}: a replica stepped on "
+                     "gradients that were not (all) averaged yet.").format(
+                         a=members[differ[0]], b=members[differ[1]], tensor=differ[2])
+        return _("DP pair {pair}: {gap}. {hint}").format(
+            pair=members, gap=gap.text(), hint=hint or "")
+    return None
+
+
+def dp_buckets(path="dp_buckets.py") -> None:
+    """Check the learner's Buckets: two DP pairs side by side train the whole GPT for 3
+    steps (1 and 2 backward passes per step); weights must equal one process, and the
+    messages must show buckets launched during backward."""
+    name = "dp_buckets"
+    module = load_program(path)
+    batches = [check_batches(seed) for seed in (0, 1)]
+    ranks = launch_program(name, pieces.run_dp, 4,
+                           args=(module.__name__, CHECK, batches),
+                           module=module.__name__, timeout=60, hang_hint=_(
+                               "Does every rank launch the same buckets in the same "
+                               "order, on the group it was given?"))
+    refs = [reference.train(DP_ONLY, pair_batches) for pair_batches in batches]
+    for index, accumulations in enumerate((1, 2)):
+        problem = _dp_gap(ranks, batches, refs, index) or hints.dp_behaviour(
+            ranks[0], accumulations)
+        if problem:
+            raise ExerciseFailed(_("{name}, {acc} backward pass(es) per step: "
+                                   "{problem}").format(name=name, acc=accumulations,
+                                                       problem=problem))
+    steps = hints.dp_messages(ranks[0]["comm"], 1)
+    during, total, nbytes = steps[0]
+    passed(name, _("weights equal one process to {tolerance:g} (3 steps, 1 and 2 "
+                   "backward passes per step); {total} buckets per step for "
+                   "{params} parameters ({kib:.0f} KiB), {during} of them launched "
+                   "during backward.").format(tolerance=TOLERANCE, total=total,
+                                              params=ranks[0]["params"],
+                                              kib=nbytes / 2**10, during=during))
+
+
+# ---------------------------------------------------------------- exercise 10.3
+
+PP_ONLY = replace(CHECK, dp=1, tp=1, pp=2)
+
+
+def pipeline(path="pp_gpt.py", bound_s: float = 15.0) -> None:
+    """Check the learner's Stage, one_f_one_b and sync_tied: two 2-stage pipelines side
+    by side train the GPT for 3 steps, m = 4; losses and weights must equal one
+    process, and stage 0 must hold at most 2 micro-batches at once (1F1B)."""
+    name = "pipeline"
+    module = load_program(path)
+    batches = [check_batches(seed) for seed in (0, 1)]
+    ranks = launch_program(name, pieces.run_pp, 4,
+                           args=(module.__name__, CHECK, batches, bound_s),
+                           module=module.__name__, timeout=60,
+                           explain=hints.explain_rank)
+    for pair, members in enumerate(pieces.PAIRS["pp"]):
+        run = [ranks[r] for r in members]
+        problem = evidence.diagnose(PP_ONLY, run, batches[pair],
+                                    reference.train(PP_ONLY, batches[pair]))
+        if problem:
+            raise ExerciseFailed(_("{name}: pipeline {pair}: {problem}").format(
+                name=name, pair=members, problem=problem))
+    held = ranks[0]["peak_held"]
+    if held > PP_ONLY.pp:
+        raise ExerciseFailed(_(
+            "{name}: right numbers, but stage 0 held {held} micro-batches' activations "
+            "at once: that is fill-drain (GPipe). 1F1B runs min(p - rank - 1, m) "
+            "forwards, then one forward and one backward in turn, holding at most "
+            "p = {p}.").format(name=name, held=held, p=PP_ONLY.pp))
+    passed(name, _("2 stages, m = 4: losses and weights equal one process to "
+                   "{tolerance:g} for 3 steps; stage 0 held at most {held} "
+                   "micro-batches.").format(tolerance=TOLERANCE, held=held)
+           + _nccl_warning(ranks[0]["messages"], ranks[2]["messages"], (0, 2)))
+
+
+def _nccl_warning(first: list, second: list, pair: tuple) -> str:
+    stall = nccl_order.deadlock(nccl_order.items(first), nccl_order.items(second))
+    return "" if stall is None else "\n⚠️  " + nccl_order.describe(stall, pair)
+
+
+# ---------------------------------------------------------------- exercise 10.4
+
+
+def _dimension_hint(rows: list) -> str:
+    """Which dimension(s) every failing layout has, and every passing one lacks."""
+    failing = [cfg for cfg, problem, _s in rows if problem]
+    blamed = [dim for dim in layout.DIMS
+              if all(getattr(cfg, dim) > 1 for cfg in failing)
+              and all(getattr(cfg, dim) == 1
+                      for cfg, problem, _s in rows if not problem)]
+    if not blamed:
+        return _("It fails with every dimension switched off too: look at what every "
+                 "layout shares (the micro-batches, the step).")
+    pieces_of = {"tp": "checks.tp_block(\"tp_gpt.py\")",
+                 "dp": "checks.dp_buckets(\"dp_buckets.py\")",
+                 "pp": "checks.pipeline(\"pp_gpt.py\")"}
+    return _("Every layout with {dims} > 1 fails, every other passes: the mistake is "
+             "in that dimension's part ({check} tries it alone, with more detail), or "
+             "in how the Trainer uses it.").format(
+                 dims=" and ".join(blamed),
+                 check=", ".join(pieces_of[dim] for dim in blamed))
+
+
+def train_3d(path="gpt3d.py", bound_s: float = 15.0) -> None:
+    """Check the learner's Trainer on the 2 x 2 x 2 mesh and on every layout with some
+    dimensions switched off (8 launches, 1 to 8 ranks): losses and weights after each
+    of 3 steps must equal one process."""
+    name = "train_3d"
+    module = load_program(path)
+    batches = check_batches()
+    ref = reference.train(CHECK, batches)
+    options = harness.Options(bound_s=bound_s)
+    rows = []
+    for cfg in layout.layouts(CHECK):
+        start = time.perf_counter()
+        ranks = launch_program(name, harness.run_trainer, cfg.world_size,
+                               args=(module.__name__, cfg, batches, options),
+                               module=module.__name__, timeout=60,
+                               explain=hints.explain_rank)
+        rows.append((cfg, evidence.diagnose(cfg, ranks, batches, ref),
+                     time.perf_counter() - start))
+        if cfg == CHECK:
+            full = ranks
+    table = "\n".join(f"  {cfg.name} ({cfg.world_size} rank(s), {seconds:.1f} s): "
+                      + (problem or "✓") for cfg, problem, seconds in rows)
+    if any(problem for _cfg, problem, _s in rows):
+        raise ExerciseFailed(_("{name}: not every layout equals one process:\n{table}\n"
+                               "{hint}").format(name=name, table=table,
+                                                hint=_dimension_hint(rows)))
+    first, last = (layout.rank_of(CHECK, layout.Coords(s, 0, 0)) for s in (0, 1))
+    passed(name, _("all 8 layouts equal one process to {tolerance:g} (losses and "
+                   "every shard, 3 steps):\n{table}\n{gloo}").format(
+                       tolerance=TOLERANCE, table=table, gloo=_(GLOO_ONLY))
+           + _nccl_warning(full[first]["messages"], full[last]["messages"],
+                           (first, last)))
+
+
+def plans(choose_plans) -> None:
+    """Check ``choose_plans() -> {case name: planner.Plan}``: every plan fits and is
+    within ``MARGIN`` of the fastest plan the models find (``plan_verdicts``)."""
+    plan_verdicts.plans(choose_plans)
+
+
+def first_stage_bytes(fn) -> None:
+    """Check ``fn(case, plan) -> {kind: bytes}`` for a GPU of the first pipeline
+    stage against the planner's model on several plans (``plan_verdicts``)."""
+    plan_verdicts.first_stage_bytes(fn)

@@ -1,0 +1,213 @@
+"""What a run on ranks shows against one process: where it first differs, and which
+classic mistake the numbers point to.
+
+Taught in: lab 10 (the checks' hints). Every hint here comes from what the ranks
+computed (losses, weights after each step, the collectives they sent), never from
+the learner's source: gradients k times too large train exactly like k times the
+learning rate (SGD), so a run that equals the reference at lr x dp summed its DP
+gradients; replicas that disagree stepped before their all-reduce finished; a stage
+holding the wrong tensors is named by the names it holds.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from labkit.checks._programs import first_difference
+from labkit.labs.capstone import layout, reference
+from labkit.messages import _
+
+__all__ = ["Gap", "first_gap", "names_problem", "scale_of", "replicas_differ",
+           "loss_hint", "diagnose"]
+
+
+@dataclass(frozen=True)
+class Gap:
+    """The first difference from one process: ``what`` is "loss" or a tensor's name."""
+
+    step: int
+    rank: int
+    what: str
+    size: float
+
+    def text(self) -> str:
+        if self.what == "loss":
+            return _("the loss of step {step} on rank {rank} is off by {size:.3g}"
+                     ).format(step=self.step, rank=self.rank, size=self.size)
+        return _("after step {step}, rank {rank}'s {tensor} is off by {size:.3g}"
+                 ).format(step=self.step, rank=self.rank, tensor=self.what,
+                          size=self.size)
+
+
+def _loss_gap(cfg, ranks, ref, step) -> Gap | None:
+    for rank, got in enumerate(ranks):
+        if layout.coords(cfg, rank).pp != cfg.pp - 1:
+            continue   # only the last stage knows the loss
+        value = got["losses"][step]
+        want = ref["losses"][step]
+        if value is None or not abs(value - want) <= reference.TOLERANCE * abs(want):
+            return Gap(step, rank, "loss", float("inf") if value is None
+                       else abs(value - want))
+    return None
+
+
+def first_gap(cfg, ranks: list, ref: dict, losses: bool = True) -> Gap | None:
+    """Return the first difference of a run from ``ref`` (``reference.train``), step
+    by step: the loss of the step (last stage; not when ``losses`` is False), then
+    every rank's weights after it."""
+    for step in range(len(ref["losses"])):
+        gap = _loss_gap(cfg, ranks, ref, step) if losses else None
+        if gap:
+            return gap
+        for rank, got in enumerate(ranks):
+            want = layout.shard(ref["weights"][step], cfg, rank)
+            diff = first_difference(want, got["snapshots"][step], reference.TOLERANCE)
+            if diff:
+                return Gap(step, rank, *diff)
+    return None
+
+
+def names_problem(cfg, ranks: list, start: dict) -> str | None:
+    """Say what a rank holds that its stage should not, or lacks (None: all right)."""
+    for rank, got in enumerate(ranks):
+        want = set(layout.shard(start, cfg, rank))
+        held = set(got["snapshots"][0]) if got["snapshots"] else set()
+        where = layout.coords(cfg, rank)
+        extra, missing = sorted(held - want), sorted(want - held)
+        if not extra and not missing:
+            continue
+        if "wpe.weight" in extra or "wpe.weight" in missing:
+            return _("rank {rank} (pipeline stage {stage} of {pp}) {has} the position "
+                     "embedding wpe: it belongs on the FIRST stage only, added to the "
+                     "token embedding before block 0 (every later stage receives "
+                     "activations that already carry the positions).").format(
+                         rank=rank, stage=where.pp, pp=cfg.pp,
+                         has=_("holds") if "wpe.weight" in extra else _("lacks"))
+        blocks = sorted({int(n.split(".")[1]) for n in held if n.startswith("blocks.")})
+        wanted = list(layout.stage_blocks(cfg, where.pp))
+        if blocks and blocks != wanted:
+            return _("rank {rank} (pipeline stage {stage}) holds blocks {blocks}, "
+                     "expected {wanted}: keep each block under its index in the whole "
+                     "GPT (nn.ModuleDict({{'2': block}}) names it blocks.2...), and "
+                     "give stage s the blocks s*L/pp ... (s+1)*L/pp - 1.").format(
+                         rank=rank, stage=where.pp, blocks=blocks, wanted=wanted)
+        return _("rank {rank} (pipeline stage {stage} of {pp}) holds {extra} it "
+                 "should not and lacks {missing}. The first stage holds wte and wpe, "
+                 "the last ln_f and its own copy of wte (the tied output layer), "
+                 "every stage its blocks, named as in the whole GPT.").format(
+                     rank=rank, stage=where.pp, pp=cfg.pp, extra=extra or _("nothing"),
+                     missing=missing or _("nothing"))
+    return None
+
+
+def _equal_run(cfg, ranks: list, ref: dict) -> bool:
+    return all(first_difference(layout.shard(ref["weights"][-1], cfg, rank),
+                                got["snapshots"][-1], reference.TOLERANCE) is None
+               for rank, got in enumerate(ranks))
+
+
+def scale_of(cfg, ranks: list, batches, candidates: list) -> float | None:
+    """Return the k of ``candidates`` for which the run equals one process trained
+    with k x the learning rate (gradients k times too large), or None."""
+    for scale in candidates:
+        if scale != 1 and _equal_run(cfg, ranks, reference.train(cfg, batches, scale)):
+            return scale
+    return None
+
+
+def replicas_differ(cfg, ranks: list, step: int) -> tuple | None:
+    """Return (rank a, rank b, tensor) of two DP replicas of one shard that hold
+    different weights after ``step``, or None when all replicas agree."""
+    for rank, got in enumerate(ranks):
+        where = layout.coords(cfg, rank)
+        if where.dp != 0:
+            continue
+        for other in layout.group_ranks(cfg, rank, "dp")[1:]:
+            mine, theirs = got["snapshots"][step], ranks[other]["snapshots"][step]
+            for name in mine:
+                if name in theirs and not torch.equal(mine[name], theirs[name]):
+                    return rank, other, name
+    return None
+
+
+def loss_hint(cfg, ranks: list, ref: dict, step: int, batches) -> str | None:
+    """Explain a wrong loss from the numbers: None returned, the replicas' own
+    losses, or m times the batch's (with or without m times the gradients)."""
+    last = [r for r in range(cfg.world_size) if layout.coords(cfg, r).pp == cfg.pp - 1]
+    got = [ranks[r]["losses"][step] for r in last]
+    want = ref["losses"][step]
+    if any(value is None for value in got):
+        return _("rank {rank} is on the last stage but returned None: return the "
+                 "step's loss there (a float).").format(rank=last[got.index(None)])
+    if abs(sum(got) / len(got) - want) <= reference.TOLERANCE * want and cfg.dp > 1:
+        return _("Each last-stage rank returned its own replica's loss; their mean is "
+                 "the batch's. All-reduce the loss over the DP group and divide by "
+                 "dp = {dp}.").format(dp=cfg.dp)
+    m = cfg.num_microbatches
+    if not all(abs(value - m * want) <= reference.TOLERANCE * m * want
+               for value in got):
+        return None
+    if scale_of(cfg, ranks, batches, [float(m)]):
+        return _("The loss is {m} x the batch's, and so is every gradient: the "
+                 "micro-batches' losses were added up, not averaged. Divide each "
+                 "micro-batch's loss by m = {m} before its backward.").format(m=m)
+    return _("The loss is {m} x the batch's (the gradients are right): return the sum "
+             "of the divided losses, loss_i / m.").format(m=m)
+
+
+def _tied_copies_differ(cfg, ranks: list, step: int) -> bool:
+    for rank in range(cfg.world_size):
+        where = layout.coords(cfg, rank)
+        if cfg.pp > 1 and where.pp == 0:
+            last = layout.rank_of(cfg, layout.Coords(cfg.pp - 1, where.dp, where.tp))
+            mine = ranks[rank]["snapshots"][step].get("wte.weight")
+            theirs = ranks[last]["snapshots"][step].get("wte.weight")
+            both = mine is not None and theirs is not None
+            if both and not torch.equal(mine, theirs):
+                return True
+    return False
+
+
+def _weights_hint(cfg, ranks: list, batches, gap: Gap) -> str | None:
+    m = cfg.num_microbatches
+    scale = scale_of(cfg, ranks, batches, [float(cfg.dp), float(m), float(cfg.dp * m)])
+    if scale == cfg.dp * m and cfg.dp > 1:
+        return _("the gradients are dp x m = {scale:g} x one process's: DP summed "
+                 "them, and the micro-batch losses were not divided by m.").format(
+                     scale=scale)
+    if scale == cfg.dp and cfg.dp > 1:
+        return _("the gradients are dp = {dp} x one process's: summed over the DP "
+                 "group, not averaged. Divide by the DP group's size.").format(
+                     dp=cfg.dp)
+    if scale == m:
+        return _("the gradients are m = {m} x one process's: divide each micro-batch's "
+                 "loss by m before its backward.").format(m=m)
+    if cfg.dp > 1 and (any(r.get("unwaited") for r in ranks)
+                       or replicas_differ(cfg, ranks, gap.step)):
+        return _("DP replicas of one shard now hold different weights: each stepped "
+                 "on its own, un-averaged gradients. Wait for every bucket "
+                 "(buckets.wait()) BEFORE optimizer.step().")
+    if gap.what == "wte.weight" and _tied_copies_differ(cfg, ranks, gap.step):
+        return _("the first and the last stage's copies of the tied wte disagree: its "
+                 "gradient has two parts, the first stage's lookup and the last "
+                 "stage's output layer; sync_tied must add them up on both, after "
+                 "the DP buckets are waited for.")
+    return None
+
+
+def diagnose(cfg, ranks: list, batches, ref: dict) -> str | None:
+    """Say where a run on ranks first differs from one process, and the classic
+    mistake the numbers point to; None when it equals one process."""
+    problem = names_problem(cfg, ranks, ref["start"])
+    if problem:
+        return problem
+    gap = first_gap(cfg, ranks, ref)
+    if gap is None:
+        return None
+    if gap.what == "loss":
+        hint = loss_hint(cfg, ranks, ref, gap.step, batches) or (
+            _("The forward pass already differs (the loss of step {step}).").format(
+                step=gap.step))
+        return f"{gap.text()}. {hint}"
+    hint = _weights_hint(cfg, ranks, batches, gap)
+    return f"{gap.text()}: {hint}" if hint else gap.text()

@@ -1,0 +1,207 @@
+"""Lab 10's checks: each passes on the notebook's solution and on correct solutions in
+other idioms, fails on the stub with "not done yet", and names each classic mistake.
+
+Each test writes the modules the %%writefile cells of solutions/10_capstone.ipynb
+write into a temporary folder, changes one on purpose, and runs a check there (4 or
+1-8 gloo ranks). The five classic mistakes of the issue are each shown to the 3-D
+check (train_3d), whose hint must name them from the numbers alone. None of these
+mistakes deadlocks, so the checks keep their 15 s bound on a message: a loaded
+machine must not turn a slow message into a "stuck" verdict.
+"""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from labkit.checks import ExerciseFailed
+from labkit.labs.capstone import checks
+from notebook_cells import solution_folder, write_program
+
+NOTEBOOK = "10_capstone.ipynb"
+MODULES = ("tp_gpt.py", "dp_buckets.py", "pp_gpt.py", "gpt3d.py")
+CHECKS = {"tp_gpt.py": checks.tp_block, "dp_buckets.py": checks.dp_buckets,
+          "pp_gpt.py": checks.pipeline, "gpt3d.py": checks.train_3d}
+ALTERNATIVES = Path(__file__).resolve().parent / "alternatives"
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    """A folder holding every solved module; the checks run from it."""
+    return solution_folder(tmp_path, monkeypatch, NOTEBOOK, MODULES)
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_check_passes_on_the_solution(folder, capsys, module):
+    """Does each check pass on the notebook's solution?"""
+    CHECKS[module](str(folder / module))
+    assert "✅" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_check_says_not_done_on_the_stub(folder, module):
+    """Does each check fail on the learner's stub with "not done yet" and its way past?"""
+    path = write_program(folder, NOTEBOOK, module, source_folder="labs")
+    with pytest.raises(ExerciseFailed, match="not done yet(.|\n)*use_reference"):
+        CHECKS[module](str(path))
+
+
+def test_a_stub_in_another_module_is_named(folder):
+    """Does train_3d name the piece whose stub stopped it, with that piece's way past?"""
+    write_program(folder, NOTEBOOK, "dp_buckets.py", source_folder="labs")
+    with pytest.raises(ExerciseFailed, match=r'dp_buckets.py is not done yet(.|\n)*'
+                       r'use_reference\("dp_buckets.py"\)'):
+        checks.train_3d(str(folder / "gpt3d.py"))
+
+
+WAIT_THEN_STEP = """        self.buckets.wait()                                   # every bucket, then:
+        sync_tied(self.stage, self.groups["pp"])               # pp <= 2: first + last
+        self.optimizer.step()"""
+TP_PROJECTION = """        partial = F.linear(y, self.out.weight)               # (B, T, C): a partial sum
+        return ReduceFromParallel.apply(partial, self.group) + self.out.bias"""
+
+CLASSIC = {   # the issue's five classic mistakes: (module, replacements, the hint)
+    "TP all-reduce in the wrong place (before attention's projection)": (
+        "tp_gpt.py", [(TP_PROJECTION, """        y = ReduceFromParallel.apply(y, self.group)
+        return F.linear(y, self.out.weight) + self.out.bias""")],
+        r"Every layout with tp > 1 fails(.|\n)*tp_block"),
+    "DP gradients summed, not averaged": (
+        "dp_buckets.py", [("            flat /= self.size                 # the sum over "
+                           "the group -> the mean\n", "")],
+        r"dp = 2 x one process's: summed over the DP group(.|\n)*Every layout with dp > 1"),
+    "a stage's loss not divided by the micro-batch count": (
+        "pp_gpt.py", [("out = gpt.loss_of(out, targets) / m ",
+                       "out = gpt.loss_of(out, targets) ")],
+        r"and so is every gradient(.|\n)*Divide each micro-batch's loss by m = 4"),
+    "position embeddings on the wrong pipeline stage": (
+        "pp_gpt.py", [("        self.wpe = model.wpe if self.first else None\n",
+                       "        self.wpe = model.wpe\n"),
+                      ("            x = self.wte(x) + self.wpe(positions)",
+                       "            x = self.wte(x)\n"
+                       "        x = x + self.wpe(torch.arange(x.shape[1], device=x.device))")],
+        r"holds the position embedding wpe(.|\n)*Every layout with pp > 1"),
+    "a bucket waited after the optimizer step": (
+        "gpt3d.py", [(WAIT_THEN_STEP, """        sync_tied(self.stage, self.groups["pp"])
+        self.optimizer.step()
+        self.buckets.wait()""")],
+        r"replicas of one shard now hold different weights(.|\n)*BEFORE optimizer.step"),
+}
+
+
+@pytest.mark.parametrize("mistake", CLASSIC)
+def test_the_3d_check_names_each_classic_mistake(folder, mistake):
+    """Does train_3d reject each classic mistake with the hint the numbers point to?"""
+    module, replace, hint = CLASSIC[mistake]
+    write_program(folder, NOTEBOOK, module, replace)
+    with pytest.raises(ExerciseFailed, match=hint):
+        checks.train_3d(str(folder / "gpt3d.py"))
+
+
+PIECE_MISTAKES = {   # mistakes each piece's own check names
+    "TP: an all-reduce before the projection": (
+        "tp_gpt.py", CLASSIC["TP all-reduce in the wrong place (before attention's "
+                             "projection)"][1], r"summed a \(B, T, 16\) tensor"),
+    "TP: all-reduced over the whole world": (
+        "tp_gpt.py", [("        dist.all_reduce(total, group=group)       # the sum of the "
+                       "partial sums", "        dist.all_reduce(total)")],
+        r"over ranks \[0, 1, 2, 3\], not this rank's TP group"),
+    "TP: f's backward passes the gradient on": (
+        "tp_gpt.py", [("        dist.all_reduce(grad, group=ctx.group)    # every rank's "
+                       "heads used x\n", "")], "no all-reduce ran in backward"),
+    "TP: the biases added before the sum": (
+        "tp_gpt.py", [(TP_PROJECTION, """        partial = F.linear(y, self.out.weight, self.out.bias)
+        return ReduceFromParallel.apply(partial, self.group)"""),
+                      ("        partial = F.linear(hidden, self.fc2.weight)\n"
+                       "        return ReduceFromParallel.apply(partial, self.group) + "
+                       "self.fc2.bias",
+                       "        partial = F.linear(hidden, self.fc2.weight, self.fc2.bias)\n"
+                       "        return ReduceFromParallel.apply(partial, self.group)")],
+        "counted 2 times"),
+    "DP: summed, not averaged": (
+        "dp_buckets.py", CLASSIC["DP gradients summed, not averaged"][1],
+        "2 x the mean: the sum over the DP group"),
+    "DP: every bucket launched in wait(), after backward": (
+        "dp_buckets.py", [("        if self.missing[index] == 0:       # the bucket's last "
+                           "gradient: send it now\n",
+                           "        if False:\n"),
+                          ("        for work, flat, index in self.in_flight:\n",
+                           "        for index, bucket in enumerate(self.buckets):\n"
+                           "            flat = torch.cat([p.grad.flatten() for p in bucket])\n"
+                           "            work = dist.all_reduce(flat, group=self.group, "
+                           "async_op=True)\n")],
+        "0 of 9 all-reduces started during backward"),
+    "PP: the tied embedding's gradient not summed": (
+        "pp_gpt.py", [("        dist.all_reduce(stage.wte.weight.grad, group=group)",
+                       "        pass")], "copies of the tied wte disagree"),
+    "PP: the loss not divided by m": (
+        "pp_gpt.py", CLASSIC["a stage's loss not divided by the micro-batch count"][1],
+        "added up, not averaged"),
+}
+
+
+@pytest.mark.parametrize("mistake", PIECE_MISTAKES)
+def test_each_piece_check_names_its_mistakes(folder, mistake):
+    """Does the piece's own check name each mistake, from the numbers and messages?"""
+    module, replace, hint = PIECE_MISTAKES[mistake]
+    path = write_program(folder, NOTEBOOK, module, replace)
+    with pytest.raises(ExerciseFailed, match=hint):
+        CHECKS[module](str(path))
+
+
+def test_gpipe_order_is_not_1f1b(folder):
+    """Right numbers with every forward before the first backward: named fill-drain."""
+    path = write_program(folder, NOTEBOOK, "pp_gpt.py", [
+        ("    warmup = min(size - rank - 1, m)", "    warmup = m"),
+        ("        out = forward(i, x)\n        _exchange([(out.detach(), after)], [], group)",
+         "        out = forward(i, x)\n        if not stage.last:\n"
+         "            _exchange([(out.detach(), after)], [], group)")])
+    with pytest.raises(ExerciseFailed, match="held 4 micro-batches(.|\n)*fill-drain"):
+        checks.pipeline(str(path))
+
+
+UNSAFE = ("""    ops = ([dist.P2POp(dist.isend, t, group=group, group_peer=p) for t, p in sends]
+           + [dist.P2POp(dist.irecv, b, group=group, group_peer=p) for b, p in receives])
+    if ops:                                   # one batch: NCCL runs its ops together
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()""", """    works = [dist.isend(t, group=group, group_dst=p) for t, p in sends]
+    works += [dist.irecv(b, group=group, group_src=p) for b, p in receives]
+    for work in works:
+        work.wait()""")
+
+
+def test_an_order_that_deadlocks_on_nccl_passes_with_a_warning(folder, capsys):
+    """Sends posted before their paired receives on both ranks: right on gloo, so it
+    passes, and the replay under NCCL's rules warns of the deadlock."""
+    path = write_program(folder, NOTEBOOK, "pp_gpt.py", [UNSAFE])
+    checks.pipeline(str(path))
+    out = capsys.readouterr().out
+    assert "✅" in out and "On NCCL this order would deadlock" in out
+
+
+def test_the_solution_gets_no_nccl_warning(folder, capsys):
+    """Does the batched solution pass without the deadlock warning?"""
+    checks.pipeline(str(folder / "pp_gpt.py"))
+    assert "deadlock" not in capsys.readouterr().out
+
+
+CASES = [   # (alternative, the module it replaces, also run the 3-D check with it?)
+    ("lab10_gpt3d_new_groups.py", "gpt3d.py", True),      # new_group, not DeviceMesh
+    ("lab10_pp_gpt_ordered.py", "pp_gpt.py", True),       # receives posted first
+    ("lab10_dp_buckets_futures.py", "dp_buckets.py", False),
+    ("lab10_tp_gpt_megatron.py", "tp_gpt.py", False),
+]
+
+
+@pytest.mark.parametrize("alternative, module, with_3d", CASES, ids=[c[0] for c in CASES])
+def test_alternative_solution_passes(folder, capsys, alternative, module, with_3d):
+    """Does a correct solution in another idiom (hand-made new_groups; plain isend and
+    irecv with the later stage receiving first; futures and torch's flatten helpers;
+    Megatron's mappings) pass its own check, and the 3-D one where it composes
+    differently, with no NCCL warning?"""
+    shutil.copy(ALTERNATIVES / alternative, folder / module)
+    CHECKS[module](str(folder / module))
+    if with_3d and module != "gpt3d.py":
+        checks.train_3d(str(folder / "gpt3d.py"))
+    out = capsys.readouterr().out
+    assert out.count("✅") == (2 if with_3d and module != "gpt3d.py" else 1)
+    assert "deadlock" not in out
