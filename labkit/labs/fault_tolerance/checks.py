@@ -365,7 +365,7 @@ def _log_hint(log: str) -> str:
 
 def _start_hint(run, steps: int) -> str | None:
     """Check the restarted attempt resumed at the snapshot taken at KILL_AT."""
-    resumed = [s for s in run.starts if s["restart"] == 1]
+    resumed = run.after_kill()
     if len(resumed) != 2:
         return _("expected one restart of both ranks, found start records "
                  "{records}.").format(records=[(s["rank"], s["restart"])
@@ -401,11 +401,11 @@ def _stacks(log: str) -> list[str]:
 
 def _elastic_summary(run, folder) -> dict:
     """What the notebook prints: where it was killed, how fast it came back."""
-    back = min(s["time"] for s in run.starts if s["restart"] == 1)
+    back = min(s["time"] for s in run.after_kill())
     agent = [line for line in run.log.splitlines()
              if "closing signal" in line or "failed (exitcode" in line]
     return {"killed": run.killed, "kill_step": KILL_AT, "restarts": run.restarts(),
-            "resumed_at": [s["step"] for s in run.starts if s["restart"] == 1],
+            "resumed_at": [s["step"] for s in run.after_kill()],
             "restart_seconds": back - run.kill_time, "seconds": run.seconds,
             "stacks": _stacks(run.log), "agent_lines": agent,
             "snapshots": sorted(os.listdir(folder))}

@@ -18,7 +18,7 @@ from notebook_cells import write_program
 
 from labkit import launch
 from labkit.checks import ExerciseFailed
-from labkit.labs.fault_tolerance import checks, snapshots
+from labkit.labs.fault_tolerance import checks, elastic, snapshots
 
 NOTEBOOK = "09_fault_tolerance.ipynb"
 ALTERNATIVES = Path(__file__).resolve().parent / "alternatives"
@@ -191,6 +191,40 @@ def test_script_that_never_resumes_gets_its_hint(folder):
         "    step = 0")])
     with pytest.raises(ExerciseFailed, match="started again from step 0"):
         checks.elastic_restart(path, folder / "snapshot.py")
+
+
+class _Running:
+    """A torchrun process that has not ended (for the pause's wait)."""
+
+    def poll(self):
+        return None
+
+
+def test_the_pause_waits_for_one_whole_attempt(tmp_path):
+    """A first attempt that failed with only rank 0 held (a rendezvous refused on a
+    loaded machine): is the kill aimed at the attempt where every rank holds?"""
+    (tmp_path / "paused.rank0.restart0").write_text("1")   # rank 1 of attempt 0 died
+    deadline = elastic.time.monotonic() + 0.5
+    assert elastic._wait_for_pause(tmp_path, 2, _Running(), deadline) is None
+    for rank in range(2):
+        (tmp_path / f"paused.rank{rank}.restart1").write_text("2")
+    assert elastic._wait_for_pause(tmp_path, 2, _Running(), deadline + 5) == 1
+    run = elastic.Run(0, "", [{"rank": r, "restart": k, "step": 0}
+                              for k in range(3) for r in range(2)],
+                      killed={"rank": 1, "restart": 1})
+    assert [(s["rank"], s["restart"]) for s in run.after_kill()] == [(0, 2), (1, 2)]
+
+
+def test_no_attempt_holds_after_the_kill(tmp_path, monkeypatch):
+    """Once the parent has killed, does a restarted rank go on without holding?"""
+    monkeypatch.setenv(elastic.PAUSE_ENV, "12")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    (tmp_path / elastic.KILLED).write_text("0")
+    rank = launch.RankContext(0, 2, 0, "gloo", torch.device("cpu"))
+    start = elastic.time.monotonic()
+    elastic.pause_if_asked(tmp_path, rank, 12)
+    assert elastic.time.monotonic() - start < 1.0
+    assert not list(tmp_path.glob("paused.*"))
 
 
 # ---------------------------------------------------------------- exercise 9.3 mistakes
