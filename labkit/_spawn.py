@@ -40,11 +40,13 @@ __all__ = ["RankContext", "RankSpec", "Rank", "RANK_ENV", "import_worker",
 # Imported once by the forkserver, so each rank starts with them already loaded.
 # torch._dynamo is what the first DistributedDataParallel(...) imports (about 2-3 s
 # per rank per launch otherwise); importing it leaves the server single-threaded.
-# labkit.data brings torchvision (about 1 s per rank otherwise). None of them queries
+# torchvision is what labkit.data reads MNIST with (imported there only when used:
+# about 1 s per rank otherwise). None of them queries
 # CUDA (tests/test_launch.py checks it), and the server runs with NVML_CHECK set, so
 # that a later ``torch.cuda.is_available()`` there would ask NVML, not the CUDA driver:
 # a process whose CUDA driver was initialised cannot fork ranks that use CUDA.
-PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "labkit.launch", "labkit.data"]
+PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "torchvision", "labkit.launch",
+           "labkit.data"]
 NVML_CHECK = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 STOP_S = 5.0   # seconds a rank gets to exit before it is killed
 RANK_ENV = "LABKIT_RANK"   # set inside every launched rank (labkit.data reads it)

@@ -20,8 +20,6 @@ from urllib.error import URLError
 from urllib.parse import urlparse
 
 import torch
-from torchvision import datasets, transforms
-from torchvision.datasets.utils import check_integrity, download_url
 
 from labkit import hardware
 from labkit.messages import _
@@ -61,7 +59,23 @@ def _raw_folder(root: Path) -> Path:
     return Path(root) / "MNIST" / "raw"
 
 
+def __getattr__(name: str):
+    """``data.datasets`` / ``data.transforms``: torchvision's, imported when asked.
+
+    torchvision is imported only where MNIST is read: its import pulls in
+    torch._dynamo (about 1.8 CPU-s more than torch itself, measured on this course's
+    machine), which every fresh torchrun rank that only needs ``random_batch`` paid.
+    """
+    if name in ("datasets", "transforms"):
+        import torchvision
+
+        return getattr(torchvision, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _how_to_fix(raw: Path) -> str:
+    from torchvision import datasets
+
     names = ", ".join(name for name, _md5 in datasets.MNIST.resources)
     return _(
         "Run `labkit data prepare` on a machine with internet access, or give it "
@@ -72,6 +86,9 @@ def _how_to_fix(raw: Path) -> str:
 
 def _missing_files(root: Path) -> list[str]:
     """Return the missing .gz files; raise DataError on any whose MD5 is wrong."""
+    from torchvision import datasets
+    from torchvision.datasets.utils import check_integrity
+
     raw, missing = _raw_folder(root), []
     for name, md5 in datasets.MNIST.resources:
         path = raw / name
@@ -153,6 +170,9 @@ def _is_folder(source) -> bool:
 def _fetch(source: str, raw: Path, missing: list[str]) -> None:
     """Copy (a folder) or download (a mirror's URL) the ``missing`` .gz files into
     ``raw``, each MD5-checked against torchvision's list before it counts."""
+    from torchvision import datasets
+    from torchvision.datasets.utils import check_integrity, download_url
+
     md5s = dict(datasets.MNIST.resources)
     if not _is_folder(source):
         base = source if source.endswith("/") else source + "/"
@@ -182,12 +202,16 @@ def _fetch(source: str, raw: Path, missing: list[str]) -> None:
 
 def _unpacked(root: Path) -> bool:
     """Tell whether torchvision's unpacked files are all there (both splits)."""
+    from torchvision import datasets
+
     names = {Path(name).stem for name, _md5 in datasets.MNIST.resources}   # drop .gz
     return all((_raw_folder(root) / name).exists() for name in names)
 
 
 def _unpack_or_download(root: Path, raw: Path) -> None:
     """Let torchvision unpack the verified .gz files, downloading what is missing."""
+    from torchvision import datasets
+
     try:
         for train in (
             True,
@@ -204,6 +228,8 @@ def _unpack_or_download(root: Path, raw: Path) -> None:
 
 def mnist(train: bool = True, root=None, transform=None):
     """Return torchvision's MNIST split after ``prepare`` (PIL images)."""
+    from torchvision import datasets
+
     root = prepare(root)
     try:
         return datasets.MNIST(root, train=train, transform=transform)
@@ -217,6 +243,8 @@ def mnist(train: bool = True, root=None, transform=None):
 
 def classic_transform():
     """Return pytorch/examples' transform: ToTensor() then Normalize (brackets!)."""
+    from torchvision import transforms
+
     return transforms.Compose(
         [transforms.ToTensor(), transforms.Normalize((MEAN,), (STD,))]
     )

@@ -13,7 +13,9 @@ watchdog and reads where each rank says it is.
 """
 
 import importlib
+import linecache
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import asdict
@@ -21,12 +23,12 @@ from pathlib import Path
 
 import torch
 
-from labkit.labs.fault_tolerance import elastic, snapshots
+from labkit.labs.fault_tolerance import durability, elastic, snapshots
 from labkit.checks._core import ExerciseFailed, attempt, passed
 from labkit.checks._reference import use_reference
 from labkit.checks._solved import has_passed, prerequisite, solved
 from labkit.checks._programs import launch_program, load_program
-from labkit.messages import N_, _
+from labkit.messages import _
 
 __all__ = ["use_reference", "solved", "has_passed",
            "snapshot_resume", "elastic_restart", "hang_finder", "resumable"]
@@ -38,28 +40,58 @@ STOP_AT = 12   # mid-epoch 1: the position and the epoch both matter
 # ---------------------------------------------------------------- exercise 9.1
 
 
-def _check_atomic(name: str, module) -> dict:
-    """Save once, then SIGKILL a save half-way: the old snapshot must survive."""
-    folder = tempfile.mkdtemp(prefix="labkit-atomic-check-")
-    try:
-        path = os.path.join(folder, "plain.pt")
+def _save_once(name: str, module, folder: str) -> tuple[str | None, bool]:
+    """Save with save_atomic, watching its fsyncs; say what a power cut would find.
+
+    Returns (what is missing for a power cut, or None; was the folder fsynced).
+    """
+    path = os.path.join(folder, "plain.pt")
+    with durability.watch_syncs(module, path) as syncs:
         attempt(name, module.save_atomic, {"step": 1, "w": torch.ones(3)}, path)
-        if not os.path.exists(path) or torch.load(path)["step"] != 1:
-            raise ExerciseFailed(_("{name}: save_atomic(obj, path) did not leave obj "
-                                   "at path (torch.load(path) must give it back)."
-                                   ).format(name=name))
-        left = sorted(set(os.listdir(folder)) - {"plain.pt"})
-        if left:
-            raise ExerciseFailed(_("{name}: after a successful save_atomic, {left} is "
-                                   "left next to the snapshot: os.replace the "
-                                   "temporary file onto path (it then no longer "
-                                   "exists).").format(name=name, left=left))
-        os.remove(path)
+    if not os.path.exists(path) or torch.load(path)["step"] != 1:
+        raise ExerciseFailed(_("{name}: save_atomic(obj, path) did not leave obj "
+                               "at path (torch.load(path) must give it back)."
+                               ).format(name=name))
+    left = sorted(set(os.listdir(folder)) - {"plain.pt"})
+    if left:
+        raise ExerciseFailed(_("{name}: after a successful save_atomic, {left} is "
+                               "left next to the snapshot: os.replace the "
+                               "temporary file onto path (it then no longer "
+                               "exists).").format(name=name, left=left))
+    found = durability.judge_syncs(syncs, path)
+    os.remove(path)
+    return found
+
+
+def _check_atomic(name: str, module) -> tuple[dict, bool]:
+    """Save once, then SIGKILL a save half-way: the old snapshot must survive.
+
+    The first save's fsyncs are recorded, and the killed one shows where the
+    temporary file was: both are judged once the kill has shown the save atomic.
+    Returns the kill's report and whether the folder was fsynced after the rename.
+    """
+    folder, report = tempfile.mkdtemp(prefix="labkit-atomic-check-"), {}
+    try:
+        unsynced, folder_synced = _save_once(name, module, folder)
         report = snapshots.kill_during_save(module.save_atomic, folder)
+        _atomic_hint(name, report)
+        misplaced = durability.judge_temporary_folder(
+            report, os.path.join(folder, "snapshot.pt"))
     finally:
         shutil.rmtree(folder)
-    _atomic_hint(name, report)
-    return report
+        _remove_torn_file(report, folder)
+    for problem in (misplaced, unsynced):
+        if problem:
+            raise ExerciseFailed(_("{name}: {problem}").format(name=name,
+                                                               problem=problem))
+    return report, folder_synced
+
+
+def _remove_torn_file(report: dict, folder: str) -> None:
+    """Remove the torn temporary file the check's killed save left outside folder."""
+    torn = report.get("writing_path")
+    if torn and torn != "?" and not torn.startswith(folder) and os.path.isfile(torn):
+        os.remove(torn)
 
 
 def _atomic_hint(name: str, report: dict) -> None:
@@ -173,10 +205,46 @@ def _runs(name: str, module, cfg, folder: str) -> list:
     return runs
 
 
-_RNG_THIEF = N_(   # translated where used: _(_RNG_THIEF)
-    "(If you did restore it: something else drew from torch's RNG after the restore, "
-    "e.g. a DataLoader iterator, which draws its base seed from it unless given its "
-    "own generator=torch.Generator().)")
+def _rng_hint(full: list, resumed: list) -> str | None:
+    """Name what went wrong with the ranks' RNG states on resume, from the evidence.
+
+    Three checksums per rank tell the causes apart: the uninterrupted run's before
+    step STOP_AT (``want``), the resumed run's right after ``load_snapshot``
+    (``restored``) and before its first step (``first``). build() seeded
+    ``rng_built``: a state still equal to it was never restored.
+    """
+    want = [next(e["rng"] for e in run["log"] if e["step"] == STOP_AT)
+            for run in full]
+    for rank, run in enumerate(resumed):
+        restored = run["rng_restored"]
+        if restored == want[rank]:
+            continue
+        if rank > 0 and restored == want[0]:
+            return _("rank {rank}'s random-number state is not its own: load_snapshot "
+                     "gave it rank 0's. Every rank has its own RNG stream: "
+                     "all_gather_object every rank's torch.get_rng_state() into the "
+                     "snapshot, and restore state['rng'][rank].").format(rank=rank)
+        if restored == run["rng_built"]:
+            return _("the random-number state was not restored: on rank {rank}, "
+                     "load_snapshot left torch's RNG as build() seeded it, so the "
+                     "dropout masks differ from the uninterrupted run's. Save "
+                     "torch.get_rng_state() of every rank and "
+                     "torch.set_rng_state(...) on resume.").format(rank=rank)
+        return _("on rank {rank}, load_snapshot set torch's RNG to a state the "
+                 "uninterrupted run did not have after {stop_at} steps: save "
+                 "torch.get_rng_state() right when the snapshot is taken (after the "
+                 "step, in save_snapshot), and set nothing else random in "
+                 "load_snapshot after restoring it.").format(rank=rank,
+                                                              stop_at=STOP_AT)
+    drawn = [r for r, run in enumerate(resumed) if run["log"][0]["rng"] != want[r]]
+    if drawn:
+        return _("the random-number state was restored (it matches at the end of "
+                 "load_snapshot), then something drew from torch's global RNG before "
+                 "the first resumed step, on rank(s) {ranks}: the batches. A "
+                 "DataLoader iterator draws its base seed from torch's RNG unless it "
+                 "has its own generator=torch.Generator(); the uninterrupted run drew "
+                 "at other steps, so the dropout masks differ.").format(ranks=drawn)
+    return None
 
 
 def _resume_hint(full: list, resumed: list) -> str | None:
@@ -195,17 +263,9 @@ def _resume_hint(full: list, resumed: list) -> str | None:
         if [e["first"] for e in got[rank]] != [e["first"] for e in want[rank]]:
             return _("rank {rank} trained on other batches after resuming (see "
                      "batches).").format(rank=rank)
-    wrong = [r for r in range(len(got)) if got[r][0]["rng"] != want[r][0]["rng"]]
-    if wrong == [1]:
-        return _("rank 1's random-number state is not its own (rank 0's is right): "
-                 "every rank has its own RNG stream. all_gather_object every rank's "
-                 "torch.get_rng_state() into the snapshot, and restore "
-                 "state['rng'][rank]. {rng_thief}").format(rng_thief=_(_RNG_THIEF))
-    if wrong:
-        return _("the random-number state was not restored: the dropout masks differ "
-                 "from the uninterrupted run's. Save torch.get_rng_state() of every "
-                 "rank and torch.set_rng_state(...) on resume. {rng_thief}").format(
-                     rng_thief=_(_RNG_THIEF))
+    rng = _rng_hint(full, resumed)
+    if rng:
+        return rng
     if got[0][0]["loss"] != want[0][0]["loss"]:
         return _("the first resumed loss differs with the same batch and dropout: the "
                  "model's weights were not restored (model.load_state_dict).")
@@ -226,7 +286,7 @@ def snapshot_resume(path="snapshot.py", cfg=QUICK_CFG) -> dict:
     """
     name = "snapshot_resume"
     module = load_program(path)
-    report = _check_atomic(name, module)
+    report, folder_synced = _check_atomic(name, module)
     _check_batches(name, module, cfg)
     folder = tempfile.mkdtemp(prefix="labkit-resume-check-")
     try:
@@ -244,15 +304,19 @@ def snapshot_resume(path="snapshot.py", cfg=QUICK_CFG) -> dict:
                 name=name, stop_at=STOP_AT, steps=cfg.steps,
                 hint=hint or _("the weights differ (and nothing in the log says "
                                "why).")))
-    passed(name, _("killed mid-save, the previous snapshot stayed whole; resumed at "
-                   "step {stop_at}, all {tensors} tensors equal the "
-                   "uninterrupted run's bit for bit after {steps} steps. Not "
-                   "checked here: the fsync of the file and of its folder (only a "
-                   "power cut shows whether it happened), a temporary file on another "
-                   "file system (one file system here), CUDA RNG states (CPU ranks)."
+    folder_line = (_("the folder was fsynced after the rename") if folder_synced
+                   else _("the folder was not fsynced after the rename: a power cut "
+                          "right after a save may bring back the previous snapshot "
+                          "(whole, one snapshot older)"))
+    passed(name, _("killed mid-save, the previous snapshot stayed whole; the "
+                   "temporary file was in the snapshot's folder and fsynced before "
+                   "the rename, {folder_line}; resumed at step {stop_at}, all "
+                   "{tensors} tensors equal the uninterrupted run's bit for bit after "
+                   "{steps} steps. Not checked here: that the disk keeps what fsync "
+                   "was told (only a power cut shows it), CUDA RNG states (CPU ranks)."
                    ).format(
-                       stop_at=STOP_AT, tensors=len(full[0]["weights"]),
-                       steps=cfg.steps))
+                       folder_line=folder_line, stop_at=STOP_AT,
+                       tensors=len(full[0]["weights"]), steps=cfg.steps))
     return {"kill": report, "full": full, "stopped": stopped, "resumed": resumed}
 
 
@@ -303,7 +367,7 @@ def _log_hint(log: str) -> str:
 
 def _start_hint(run, steps: int) -> str | None:
     """Check the restarted attempt resumed at the snapshot taken at KILL_AT."""
-    resumed = [s for s in run.starts if s["restart"] == 1]
+    resumed = run.after_kill()
     if len(resumed) != 2:
         return _("expected one restart of both ranks, found start records "
                  "{records}.").format(records=[(s["rank"], s["restart"])
@@ -339,11 +403,11 @@ def _stacks(log: str) -> list[str]:
 
 def _elastic_summary(run, folder) -> dict:
     """What the notebook prints: where it was killed, how fast it came back."""
-    back = min(s["time"] for s in run.starts if s["restart"] == 1)
+    back = min(s["time"] for s in run.after_kill())
     agent = [line for line in run.log.splitlines()
              if "closing signal" in line or "failed (exitcode" in line]
     return {"killed": run.killed, "kill_step": KILL_AT, "restarts": run.restarts(),
-            "resumed_at": [s["step"] for s in run.starts if s["restart"] == 1],
+            "resumed_at": [s["step"] for s in run.after_kill()],
             "restart_seconds": back - run.kill_time, "seconds": run.seconds,
             "stacks": _stacks(run.log), "agent_lines": agent,
             "snapshots": sorted(os.listdir(folder))}
@@ -410,14 +474,53 @@ def elastic_restart(path="elastic_train.py", snapshot_path="snapshot.py",
 # ---------------------------------------------------------------- exercise 9.3
 
 
-def _dump_frames(text: str, module: str) -> list[str]:
-    """Return 'file:line' of the learner's frames in a faulthandler dump."""
-    frames = []
-    for line in text.splitlines():
-        if f"{module}.py" in line and "line" in line:
-            number = line.split("line ")[1].split()[0]
-            frames.append(f"{module}.py:{number}")
-    return frames
+_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
+COLLECTIVE_OF_RANK = {0: "all_reduce", 1: "broadcast"}   # where each rank hangs
+
+
+def _blocked_at(text: str, module) -> tuple[int | None, list[str]]:
+    """Read a rank's dump: the line of ``steps`` the rank was blocked on, and the
+    learner's frames of other threads.
+
+    The rank runs ``module.steps`` in its main thread; that thread's innermost frame
+    in the learner's file is where the rank was (None: the dump has no such thread).
+    """
+    own, others = os.path.realpath(module.__file__), []
+    for block in text.split("\n\n"):
+        frames = [(int(line), func) for path, line, func in _FRAME.findall(block)
+                  if os.path.realpath(path) == own]
+        if any(func == module.steps.__name__ for _line, func in frames):
+            return frames[0][0], others
+        others += [f"{os.path.basename(own)}:{line} in {func}"
+                   for line, func in frames]
+    return None, others
+
+
+def _hang_hint(name: str, rank: int, text: str, module, waited: float) -> str | None:
+    """Say why a rank's dump does not show the collective it was blocked on."""
+    line, others = _blocked_at(text, module)
+    filename = os.path.basename(module.__file__)
+    if line is None and others:
+        return _("{name}: rank {rank}'s dump shows only the watchdog's own thread "
+                 "({where}), not the thread that was blocked in the collective: dump "
+                 "every thread (faulthandler.dump_traceback(file, all_threads=True), "
+                 "or faulthandler.dump_traceback_later, which always does).").format(
+                     name=name, rank=rank, where=others[0])
+    if line is None:
+        return _("{name}: rank {rank} waited {waited:g} s in a collective, but its "
+                 "file holds {text!r}: arm faulthandler.dump_traceback_later("
+                 "seconds, file=...) with the file kept open until close().").format(
+                     name=name, rank=rank, waited=waited, text=text[:80])
+    collective = COLLECTIVE_OF_RANK[rank]
+    source = linecache.getline(module.__file__, line).strip()
+    if f"{collective}(" not in source:
+        return _("{name}: rank {rank} was blocked in dist.{collective}, but its dump "
+                 "shows {filename}:{line} ({source!r}) as its innermost line: the "
+                 "stack was written at another moment than the hang (while the rank "
+                 "waited, the countdown must fire by itself).").format(
+                     name=name, rank=rank, collective=collective, filename=filename,
+                     line=line, source=source)
+    return None
 
 
 def hang_finder(path="hang_finder.py", seconds: float = 1.5) -> dict:
@@ -451,14 +554,12 @@ def hang_finder(path="hang_finder.py", seconds: float = 1.5) -> dict:
     finally:
         shutil.rmtree(folder)
     for rank, text in dumps.items():
-        if module.__name__ + ".py" not in text:
-            raise ExerciseFailed(_(
-                "{name}: rank {rank} waited {waited:g} s in a collective, but "
-                "its "
-                "file holds {text!r}: arm faulthandler.dump_traceback_later("
-                "seconds, file=...) with the file kept open until close().").format(
-                    name=name, rank=rank, waited=3 * seconds, text=text[:80]))
-    where = {r: _dump_frames(t, module.__name__)[0] for r, t in dumps.items()}
-    passed(name, _("quiet while healthy; on the hang rank 0 was at {where0}, rank 1 "
-                   "at {where1}.").format(where0=where[0], where1=where[1]))
+        hint = _hang_hint(name, rank, text, module, 3 * seconds)
+        if hint:
+            raise ExerciseFailed(hint)
+    where = {r: f"{os.path.basename(module.__file__)}:{_blocked_at(t, module)[0]}"
+             for r, t in dumps.items()}
+    passed(name, _("quiet while healthy; on the hang rank 0 was at {where0} "
+                   "(all_reduce), rank 1 at {where1} (broadcast).").format(
+                       where0=where[0], where1=where[1]))
     return dumps

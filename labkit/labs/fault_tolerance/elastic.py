@@ -18,11 +18,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["PAUSE_ENV", "restart_count", "record_start", "pause_if_asked", "starts",
+__all__ = ["PAUSE_ENV", "KILLED", "restart_count", "record_start", "pause_if_asked", "starts",
            "Run", "torchrun_with_kill"]
 
 PAUSE_ENV = "LABKIT_PAUSE_AT_STEP"   # set by torchrun_with_kill only
 PAUSE_S = 120.0                      # a paused rank goes on after this, killed or not
+KILLED = "killed"                    # written in the folder before the kill
 # torch 2.14's torchrun shares its rendezvous TCPStore with the workers by default,
 # and a restarted group can read the dead group's addresses from it (pytorch/pytorch
 # #135712, #167288): gloo then fails with "connectFullMesh failed ... Connection
@@ -46,15 +47,19 @@ def record_start(folder, ctx, step: int) -> None:
 
 
 def pause_if_asked(folder, ctx, step: int) -> None:
-    """On the first attempt, hold at step ``$LABKIT_PAUSE_AT_STEP`` to be killed there.
+    """Hold at step ``$LABKIT_PAUSE_AT_STEP`` to be killed there, once per run.
 
     Does nothing unless ``torchrun_with_kill`` asked for it. The rank writes
-    ``paused.rank<N>`` and sleeps (up to ``PAUSE_S``), so the kill lands at a known
-    step whatever the speed of the machine.
+    ``paused.rank<N>.restart<K>`` and sleeps (up to ``PAUSE_S``), so the kill lands
+    at a known step whatever the speed of the machine. The first attempt of the
+    group that gets there holds (an attempt that failed earlier, e.g. a rendezvous
+    refused on a loaded machine, does not take the pause away); once the parent has
+    killed (``KILLED``), no later attempt holds.
     """
-    if os.environ.get(PAUSE_ENV) != str(step) or restart_count() != 0:
+    if os.environ.get(PAUSE_ENV) != str(step) or (Path(folder) / KILLED).exists():
         return
-    (Path(folder) / f"paused.rank{ctx.rank}").write_text(str(os.getpid()))
+    name = f"paused.rank{ctx.rank}.restart{restart_count()}"
+    (Path(folder) / name).write_text(str(os.getpid()))
     time.sleep(PAUSE_S)
 
 
@@ -80,6 +85,12 @@ class Run:
         """Return how many times torchrun restarted the worker group."""
         return max((s["restart"] for s in self.starts), default=0)
 
+    def after_kill(self) -> list[dict]:
+        """Return the start records of the attempt right after the kill."""
+        if self.killed is None:
+            return []
+        return [s for s in self.starts if s["restart"] == self.killed["restart"] + 1]
+
 
 def _command(script, args, nproc: int, max_restarts: int) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -97,18 +108,24 @@ def _environment(script: Path, pause_at: int | None, extra: dict) -> dict:
     return env
 
 
-def _wait_for(paths: list[Path], process, deadline: float) -> bool:
-    """Wait until every path exists; False if the process ended or time ran out."""
-    while not all(p.exists() for p in paths):
+def _wait_for_pause(folder: Path, nproc: int, process, deadline: float) -> int | None:
+    """Wait until every rank of one attempt holds; return that attempt (None: the
+    run ended or time ran out first)."""
+    while True:
+        for restart in range(64):
+            held = [folder / f"paused.rank{r}.restart{restart}" for r in range(nproc)]
+            if all(p.exists() for p in held):
+                return restart
         if process.poll() is not None or time.monotonic() > deadline:
-            return False
+            return None
         time.sleep(0.05)
-    return True
 
 
-def _kill(folder: Path, nproc: int, kill_rank: int, stacks: bool):
-    """Ask every paused rank for its stacks, then SIGKILL one; return its record."""
-    records = {s["rank"]: s for s in starts(folder) if s["restart"] == 0}
+def _kill(folder: Path, restart: int, kill_rank: int, stacks: bool):
+    """Ask every paused rank of attempt ``restart`` for its stacks, then SIGKILL one;
+    return its record."""
+    (folder / KILLED).write_text(str(restart))   # the restarted ranks must not hold
+    records = {s["rank"]: s for s in starts(folder) if s["restart"] == restart}
     if stacks:   # one rank at a time, so their stacks do not interleave in the log
         for rank in sorted(records):
             os.kill(records[rank]["pid"], signal.SIGUSR1)   # faulthandler: to stderr
@@ -140,9 +157,9 @@ def torchrun_with_kill(script, args=(), folder=".", nproc: int = 2,
     timed_out = False
     try:
         if kill_rank is not None and pause_at is not None:
-            paused = [folder / f"paused.rank{r}" for r in range(nproc)]
-            if _wait_for(paused, process, start + timeout):
-                victim, kill_time = _kill(folder, nproc, kill_rank, stacks)
+            restart = _wait_for_pause(folder, nproc, process, start + timeout)
+            if restart is not None:
+                victim, kill_time = _kill(folder, restart, kill_rank, stacks)
         process.wait(timeout=max(1.0, start + timeout - time.monotonic()))
     except subprocess.TimeoutExpired:
         timed_out = True

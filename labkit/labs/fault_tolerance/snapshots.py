@@ -110,13 +110,16 @@ def train(ctx, cfg: Config, batches=sampler_batches, load=None, save=None,
     ``load()`` (if given) restores model and optimizer and returns the step to resume
     at; ``save(model, optimizer, step)`` runs after every ``cfg.every`` steps.
     ``stop_at`` ends the run early, as a crash right after that snapshot would.
-    Returns the weights and, per step, the first sample, the RNG checksum before the
-    step and the loss (the checks compare these between runs).
+    Returns the weights; per step, the first sample, the RNG checksum before the
+    step and the loss; and the RNG checksums right after ``build`` and right after
+    ``load`` (the checks compare these between runs: a state changed between the
+    restore and the first step was drawn from by something else).
     """
     model, optimizer = build(cfg)
     images, labels = dataset(cfg)
+    built = _rng_fingerprint()
     step = load(model.module, optimizer) if load else 0
-    start, log = step, []
+    start, log, restored = step, [], _rng_fingerprint()
     for index in batches(cfg, ctx.rank, ctx.world_size, step):
         if step in (cfg.steps, stop_at):
             break
@@ -127,7 +130,8 @@ def train(ctx, cfg: Config, batches=sampler_batches, load=None, save=None,
         if save and step % cfg.every == 0:
             save(model.module, optimizer, step)
     weights = {k: v.detach().clone() for k, v in model.module.state_dict().items()}
-    return {"weights": weights, "log": log, "start": start}
+    return {"weights": weights, "log": log, "start": start,
+            "rng_built": built, "rng_restored": restored}
 
 
 def reference(ctx, cfg: Config) -> dict:
@@ -148,21 +152,39 @@ def _stalling_save(obj, f, *args, **kwargs) -> None:
     half = len(payload) // 2
     target = f if isinstance(f, (str, os.PathLike)) else getattr(f, "name", "?")
     if isinstance(target, int):   # os.fdopen(mkstemp()[0]): the file's name is its fd
-        target = os.readlink(f"/proc/self/fd/{target}")
+        target = _name_of_fd(target)
     if isinstance(f, (str, os.PathLike)):
         with open(f, "wb") as out:
             out.write(payload[:half])
+            device = os.fstat(out.fileno()).st_dev
     else:
         f.write(payload[:half])
         f.flush()
+        device = _device_of(f)
     marker = os.environ["LABKIT_STALL_MARKER"]
     with open(f"{marker}.tmp", "w") as out:   # the parent never reads half a marker
-        out.write(f"{os.fspath(target)}\n{half}\n{len(payload)}\n")
+        out.write(f"{os.fspath(target)}\n{half}\n{len(payload)}\n{device}\n")
     os.replace(f"{marker}.tmp", marker)
     time.sleep(STALL_S)
 
 
 _REAL_SAVE = torch.save
+
+
+def _device_of(f) -> int:
+    """Return the device of the file object ``f`` is, or -1 (an io.BytesIO has none)."""
+    try:
+        return os.fstat(f.fileno()).st_dev
+    except (AttributeError, OSError):   # io.UnsupportedOperation is an OSError
+        return -1
+
+
+def _name_of_fd(fd: int) -> str:
+    """Return the path an open file descriptor names (Linux's /proc), else '?'."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return "?"
 
 
 def _save_then_stall(module: str, qualname: str, obj, path: str, marker: str) -> None:
@@ -185,10 +207,12 @@ def kill_during_save(save_fn, folder, timeout: float = 120.0) -> dict:
     ``folder/snapshot.pt`` first holds a complete previous snapshot. A child process
     then calls ``save_fn`` (a module-level function) with a torch.save that writes
     half of the bytes and stalls; the parent kills it there. Returns the bytes
-    written/total, the file torch.save was writing, whether ``snapshot.pt`` still
-    loads and still holds the previous snapshot, the files left in ``folder``, and
-    whether the child ended by itself before any torch.save (``finished``; False
-    when ``timeout`` ran out first, e.g. on a machine too loaded to import torch).
+    written/total, the file torch.save was writing (``writing``: its name;
+    ``writing_path`` and ``writing_device``: where it was, -1 if unknown), whether
+    ``snapshot.pt`` still loads and still holds the previous snapshot, the files
+    left in ``folder``, and whether the child ended by itself before any torch.save
+    (``finished``; False when ``timeout`` ran out first, e.g. on a machine too
+    loaded to import torch).
     """
     path, marker = os.path.join(folder, "snapshot.pt"), os.path.join(folder, "stalled")
     previous = {"step": 4, "weights": torch.arange(4096.0)}
@@ -215,13 +239,15 @@ def kill_during_save(save_fn, folder, timeout: float = 120.0) -> dict:
 def _inspect(path: str, marker: str, stalled: bool, previous: dict, code) -> dict:
     """Say what a killed save left: does the snapshot load, and is it the old one?"""
     report = {"stalled": stalled, "exitcode": code, "writing": None, "written": 0,
-              "total": 0, "loads": False, "previous_intact": False, "error": ""}
+              "total": 0, "loads": False, "previous_intact": False, "error": "",
+              "writing_path": None, "writing_device": -1}
     if stalled:
         with open(marker) as f:
-            writing, written, total = f.read().split("\n")[:3]
+            writing, written, total, device = f.read().split("\n")[:4]
         os.remove(marker)
         report.update(writing=os.path.basename(writing), written=int(written),
-                      total=int(total))
+                      total=int(total), writing_path=writing,
+                      writing_device=int(device))
     try:
         found = torch.load(path, weights_only=True)
         report["loads"] = True

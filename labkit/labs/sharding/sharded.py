@@ -6,6 +6,7 @@ applied to (one block = one all-gather, one checkpointed segment). ``ddp_adam`` 
 the run every sharded variant must reproduce: DDP, one Adam over every parameter.
 """
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -18,7 +19,7 @@ from labkit.labs.sharding import sharding_memory
 from labkit.messages import _
 
 __all__ = ["TrainConfig", "Block", "BlockMLP", "block_mlp", "rank_batches", "ddp_adam",
-           "weights", "WEIGHT_TOLERANCE"]
+           "weights", "WEIGHT_TOLERANCE", "quiet_renamed_collectives"]
 
 # How far a sharded variant's weights may be from DDP's after a few Adam steps (lr
 # 1e-3, fp32), by where the ranks ran. Adam divides by sqrt(v) + eps (1e-8), so a
@@ -31,6 +32,25 @@ __all__ = ["TrainConfig", "Block", "BlockMLP", "block_mlp", "rank_batches", "ddp
 # eps, where Adam's step is lr * |g| / eps. So 1e-4 holds on GPUs with fp32
 # matmuls, not with TF32 (gradients off by 1e-3 move weights by ~2e-3).
 WEIGHT_TOLERANCE = {"cpu": 1e-5, "cuda": 1e-4}
+
+
+
+def quiet_renamed_collectives() -> None:
+    """Stop torch >= 2.13 from warning on each call of the collectives it renamed.
+
+    torch 2.13 renamed all_gather_into_tensor / reduce_scatter_tensor to *_single
+    and warns (FutureWarning) on every call of the old names. The lab's ZeRO workers
+    keep the old names, which torch 2.6 has too, and its Pitfalls explain the
+    warning; the ranks that import this module (every ZeRO worker does) do not
+    repeat it at every step. Any other warning still shows.
+    """
+    warnings.filterwarnings(
+        "ignore", category=FutureWarning,
+        message=r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)"
+                r"` is deprecated")
+
+
+quiet_renamed_collectives()
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from notebook_cells import write_program
 
 from labkit.labs.fault_tolerance import checks
 
+from .test_fault_tolerance import assert_reported_lines_hang
+
 ALTERNATIVES = Path(__file__).resolve().parent / "alternatives"
 NOTEBOOK = "09_fault_tolerance.ipynb"
 
@@ -59,7 +61,9 @@ def test_solution_script_on_a_dcp_snapshot_passes(folder, capsys):
 
 def test_timer_thread_watchdog_passes(folder, capsys):
     """Does a threading.Timer watchdog (faulthandler.dump_traceback) pass?"""
-    dumps = checks.hang_finder(_copy("lab09_hang_finder_timer.py", folder,
-                                     "hang_finder.py"))
-    assert "✅ hang_finder: passed" in capsys.readouterr().out
+    path = _copy("lab09_hang_finder_timer.py", folder, "hang_finder.py")
+    dumps = checks.hang_finder(path)
+    out = capsys.readouterr().out
+    assert "✅ hang_finder: passed" in out
     assert "in all_reduce" in dumps[0] and "in broadcast" in dumps[1]
+    assert_reported_lines_hang(out, path)   # the blocked lines, not the timer's own

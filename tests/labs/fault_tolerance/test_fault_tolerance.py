@@ -7,7 +7,10 @@ deliberate mistake where a test needs one.
 """
 
 import importlib
+import re
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,9 +18,10 @@ from notebook_cells import write_program
 
 from labkit import launch
 from labkit.checks import ExerciseFailed
-from labkit.labs.fault_tolerance import checks, snapshots
+from labkit.labs.fault_tolerance import checks, elastic, snapshots
 
 NOTEBOOK = "09_fault_tolerance.ipynb"
+ALTERNATIVES = Path(__file__).resolve().parent / "alternatives"
 
 
 @pytest.fixture
@@ -93,6 +97,12 @@ def test_the_course_loop_matches_the_uninterrupted_reference():
 
 # ---------------------------------------------------------------- exercise 9.1 mistakes
 
+FSYNC_LINE = ("        os.fsync(f.fileno())             "
+              "# on the disk before the rename, not in a cache\n")
+REPLACE_LINE = ("    os.replace(tmp, path)                "
+                "# readers see the old file or the new, never half\n")
+FSYNC_RENAMED = ("    with open(path, 'rb+') as renamed:\n"
+                 "        os.fsync(renamed.fileno())\n")
 RNG_LINE = ("    torch.set_rng_state(state[\"rng\"][dist.get_rank()])     "
             "# this rank's, not rank 0's\n")
 SNAPSHOT_MISTAKES = {
@@ -111,6 +121,14 @@ SNAPSHOT_MISTAKES = {
     "no_set_epoch": ([("        sampler.set_epoch(epoch)", "        pass  #")],
                      "set_epoch"),
     "non_atomic": ([('tmp = f"{path}.tmp"', "tmp = path")], "non-atomic write"),
+    "no_fsync": ([(FSYNC_LINE, "")], "never fsynced the temporary file"),
+    "fsync_after_the_rename": (
+        [(FSYNC_LINE, ""), (REPLACE_LINE, REPLACE_LINE + FSYNC_RENAMED)],
+        "fsynced the new snapshot only after the rename"),
+    "temporary_file_in_tmp": (
+        [("import os\n", "import os\nimport tempfile\n"),
+         ('tmp = f"{path}.tmp"', "tmp = tempfile.mkstemp(suffix='.tmp')[1]")],
+        "Invalid cross-device link"),
     "every_rank_writes": ([("if dist.get_rank() == 0:", "if True:")],
                           "only rank 0 writes"),
 }
@@ -123,6 +141,32 @@ def test_snapshot_mistakes_get_their_hint(folder, mistake):
     path = _write(folder, "snapshot.py", replace)
     with pytest.raises(ExerciseFailed, match=hint):
         checks.snapshot_resume(path)
+
+
+def test_snapshot_mistake_leaves_no_torn_file_in_tmp(folder):
+    """A temporary file in /tmp: does the check remove the torn one its kill left?"""
+    replace, hint = SNAPSHOT_MISTAKES["temporary_file_in_tmp"]
+    before = set(Path(tempfile.gettempdir()).glob("tmp*.tmp"))
+    with pytest.raises(ExerciseFailed, match=hint):
+        checks.snapshot_resume(_write(folder, "snapshot.py", replace))
+    assert set(Path(tempfile.gettempdir()).glob("tmp*.tmp")) <= before
+
+
+def test_dataloader_drawing_from_the_global_rng_gets_its_hint(folder):
+    """A DataLoader without its own generator: is that the cause the hint leads with?
+
+    The RNG state *was* restored; the loader's iterator then drew its base seed
+    from it. The hint must say so first, not that the state was not restored.
+    """
+    source = (ALTERNATIVES / "lab09_snapshot_examples.py").read_text()
+    own = "            generator=torch.Generator().manual_seed(cfg.seed))"
+    assert source.count(own) == 1
+    (folder / "snapshot.py").write_text(source.replace(own, "            )"))
+    with pytest.raises(ExerciseFailed) as failed:
+        checks.snapshot_resume(folder / "snapshot.py")
+    hint = str(failed.value).split("uninterrupted one: ", 1)[1]
+    assert hint.startswith("the random-number state was restored"), hint
+    assert "DataLoader" in hint and "not restored" not in hint
 
 
 # ---------------------------------------------------------------- exercise 9.2 mistakes
@@ -149,6 +193,40 @@ def test_script_that_never_resumes_gets_its_hint(folder):
         checks.elastic_restart(path, folder / "snapshot.py")
 
 
+class _Running:
+    """A torchrun process that has not ended (for the pause's wait)."""
+
+    def poll(self):
+        return None
+
+
+def test_the_pause_waits_for_one_whole_attempt(tmp_path):
+    """A first attempt that failed with only rank 0 held (a rendezvous refused on a
+    loaded machine): is the kill aimed at the attempt where every rank holds?"""
+    (tmp_path / "paused.rank0.restart0").write_text("1")   # rank 1 of attempt 0 died
+    deadline = elastic.time.monotonic() + 0.5
+    assert elastic._wait_for_pause(tmp_path, 2, _Running(), deadline) is None
+    for rank in range(2):
+        (tmp_path / f"paused.rank{rank}.restart1").write_text("2")
+    assert elastic._wait_for_pause(tmp_path, 2, _Running(), deadline + 5) == 1
+    run = elastic.Run(0, "", [{"rank": r, "restart": k, "step": 0}
+                              for k in range(3) for r in range(2)],
+                      killed={"rank": 1, "restart": 1})
+    assert [(s["rank"], s["restart"]) for s in run.after_kill()] == [(0, 2), (1, 2)]
+
+
+def test_no_attempt_holds_after_the_kill(tmp_path, monkeypatch):
+    """Once the parent has killed, does a restarted rank go on without holding?"""
+    monkeypatch.setenv(elastic.PAUSE_ENV, "12")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    (tmp_path / elastic.KILLED).write_text("0")
+    rank = launch.RankContext(0, 2, 0, "gloo", torch.device("cpu"))
+    start = elastic.time.monotonic()
+    elastic.pause_if_asked(tmp_path, rank, 12)
+    assert elastic.time.monotonic() - start < 1.0
+    assert not list(tmp_path.glob("paused.*"))
+
+
 # ---------------------------------------------------------------- exercise 9.3 mistakes
 
 def test_watchdog_that_is_never_rearmed_gets_its_hint(folder):
@@ -162,10 +240,32 @@ def test_watchdog_that_is_never_rearmed_gets_its_hint(folder):
         checks.hang_finder(path)
 
 
-def test_hang_finder_names_each_ranks_line(folder):
+def test_hang_finder_names_each_ranks_line(folder, capsys):
     """On the hang, does each rank's dump name its own collective's line?"""
-    dumps = checks.hang_finder(_write(folder, "hang_finder.py"))
+    path = _write(folder, "hang_finder.py")
+    dumps = checks.hang_finder(path)
     assert "in all_reduce" in dumps[0] and "in broadcast" in dumps[1]
+    assert_reported_lines_hang(capsys.readouterr().out, path)
+
+
+def assert_reported_lines_hang(out: str, path) -> None:
+    """The pass line's 'rank 0 was at F:N' must be each rank's collective call."""
+    lines = dict(re.findall(r"rank (\d) (?:was )?at \S+?:(\d+)", out))
+    source = Path(path).read_text().splitlines()
+    assert "dist.all_reduce(" in source[int(lines["0"]) - 1], out
+    assert "dist.broadcast(" in source[int(lines["1"]) - 1], out
+
+
+def test_watchdog_dumping_only_its_own_thread_gets_its_hint(folder):
+    """A timer thread that dumps only itself: is it told to dump every thread?"""
+    source = (ALTERNATIVES / "lab09_hang_finder_timer.py").read_text()
+    dump = "faulthandler.dump_traceback(file=self.file, all_threads=True)"
+    assert source.count(dump) == 1
+    path = folder / "hang_finder.py"
+    path.write_text(source.replace(dump, dump.replace("True", "False")))
+    with pytest.raises(ExerciseFailed, match="only the watchdog's own thread "
+                                             r"\(hang_finder.py:\d+ in _fire\)"):
+        checks.hang_finder(path)
 
 
 # ---------------------------------------------------------------- the launcher's DETAIL

@@ -176,6 +176,31 @@ def test_collectives_exist_in_older_torch_too():
         assert "reduce_scatter_single" not in source, module
 
 
+def test_ranks_importing_sharded_do_not_repeat_the_rename_warning():
+    """Do the old collective names stay quiet where the lab's ZeRO workers run?
+
+    torch >= 2.13 warns on all_gather_into_tensor / reduce_scatter_tensor; the
+    lab keeps them (torch 2.6) and explains the warning, so ``sharded`` (which
+    every ZeRO worker imports) silences exactly those two messages when imported
+    (under pytest, the filters of collection time are gone: call it here).
+    """
+    import warnings
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            sharded.quiet_renamed_collectives()   # what importing sharded does
+            dist.all_gather_into_tensor(torch.zeros(2), torch.ones(2))
+            dist.reduce_scatter_tensor(torch.zeros(2), torch.ones(2))
+            warnings.warn("another FutureWarning", FutureWarning)
+    finally:
+        dist.destroy_process_group()
+    assert [str(w.message) for w in caught] == ["another FutureWarning"]
+
+
 def test_stage_launches_use_the_labs_one_backend(monkeypatch, capsys):
     """On 2 GPUs (faked): every N runs on NCCL, N = 4 is left out, the peaks print.
 
