@@ -19,6 +19,7 @@ import importlib
 import linecache
 import subprocess
 import sys
+import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from labkit.checks._core import ExerciseFailed
 from labkit.messages import N_, _
 
 __all__ = ["load_program", "launch_program", "run_command", "first_difference",
-           "one_thread"]
+           "torch_refused", "one_thread"]
 
 IN_YOUR_CODE = N_("\nIn your code:\n{where}")   # the learner's lines of a traceback
 
@@ -148,7 +149,8 @@ def run_command(command: list, timeout: float, **kwargs) -> subprocess.Completed
     """Run a command (e.g. torchrun) in a session of its own; capture its output.
 
     On a timeout, an interrupt of the cell or any error, the command and every
-    process below it are killed: torchrun's ranks never outlive the check. A timeout raises
+    process below it are killed: torchrun's ranks never outlive the check. A timeout
+    raises
     ``subprocess.TimeoutExpired`` as ``subprocess.run`` would.
     """
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -160,6 +162,21 @@ def run_command(command: list, timeout: float, **kwargs) -> subprocess.Completed
         process.communicate()
         raise
     return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+def torch_refused(err: BaseException, module_name: str) -> RuntimeError:
+    """A RuntimeError that says torch refused an operation, at the learner's line.
+
+    Taught in: labs 08 and 10 (DTensor raises NotImplementedError with a message for
+    an operation it has no rule for: not the stub, whose message is empty). The line
+    is the last frame of ``err``'s traceback in the learner's module ``module_name``.
+    """
+    mine = [_("{file}, line {lineno}: {code}").format(
+                file=Path(f.filename).name, lineno=f.lineno, code=f.line)
+            for f in traceback.extract_tb(err.__traceback__)
+            if Path(f.filename).stem == module_name]
+    return RuntimeError(_("torch refused an operation: {error} (at {where})").format(
+        error=err, where=mine[-1] if mine else module_name))
 
 
 @contextmanager

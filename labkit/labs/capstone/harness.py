@@ -20,6 +20,7 @@ import torch
 from labkit import p2p, timeline, train
 from labkit.labs.capstone import gpt, layout
 from labkit.labs.capstone.recorder import Recorder
+from labkit.checks._programs import torch_refused
 from labkit.messages import _
 
 __all__ = ["Options", "local_weights", "recorders", "run_trainer", "call_learner"]
@@ -92,12 +93,7 @@ def call_learner(fn, module_name: str, *args, **kwargs):
                     "solve its exercise first, or take its reference with "
                     "`checks.use_reference(\"{file}\")`.").format(file=other)) from None
             raise
-        mine = [_("{file}, line {lineno}: {code}").format(
-                    file=Path(f.filename).name, lineno=f.lineno, code=f.line)
-                for f in traceback.extract_tb(err.__traceback__)
-                if Path(f.filename).stem == module_name]
-        raise RuntimeError(_("torch refused an operation: {error} (at {where})").format(
-            error=err, where=mine[-1] if mine else module_name)) from None
+        raise torch_refused(err, module_name) from None
 
 
 def recorders(ctx, options: Options, stack: ExitStack):

@@ -12,8 +12,6 @@ layer split along the wrong dimension, a wrong plan, TP pairs that cross nodes.
 import fnmatch
 import importlib
 import logging
-import traceback
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +22,8 @@ from labkit.labs.tensor_parallel import latency_model, tensor_parallel as tp
 from labkit.checks._core import NOT_DONE, ExerciseFailed, attempt, passed
 from labkit.checks._reference import use_reference
 from labkit.checks._solved import has_passed, solved
-from labkit.checks._programs import first_difference, launch_program, load_program
+from labkit.checks._programs import (first_difference, launch_program, load_program,
+                                     torch_refused)
 from labkit.messages import N_, _
 
 __all__ = ["use_reference", "solved", "has_passed",
@@ -56,12 +55,7 @@ def run_learner(ctx, module_name: str, *args):
     except NotImplementedError as err:
         if not str(err):
             raise   # the stub: "not done yet"
-        mine = [_("{file}, line {lineno}: {code}").format(
-                    file=Path(f.filename).name, lineno=f.lineno, code=f.line)
-                for f in traceback.extract_tb(err.__traceback__)
-                if Path(f.filename).stem == module_name]
-        raise RuntimeError(_("torch refused an operation: {error} (at {where})").format(
-            error=err, where=mine[-1] if mine else module_name)) from None
+        raise torch_refused(err, module_name) from None
 
 
 # ---------------------------------------------------------------- exercise 8.1

@@ -3,9 +3,7 @@ real range, so that a broken benchmark cannot pass."""
 
 import re
 
-
-def _last_line(capsys) -> str:
-    return capsys.readouterr().out.strip().splitlines()[-1]
+from bench_headlines import last_line
 
 
 def test_pipeline_bubble_follows_the_formula(capsys):
@@ -16,7 +14,7 @@ def test_pipeline_bubble_follows_the_formula(capsys):
     from labkit.labs.pipeline.bench_pipeline_bubble import bubble_benchmark
 
     worst = bubble_benchmark(cost_s=0.05, repeats=1)
-    last = _last_line(capsys)
+    last = last_line(capsys)
     assert last == f"pipeline bubble max deviation: {worst:.1f} points"
     assert re.fullmatch(r"pipeline bubble max deviation: \d+\.\d points", last)
     assert 0 <= worst < 10
