@@ -3,7 +3,8 @@
 One module per idea of the course, each saying in its docstring where it is taught:
 ``mode`` (quick/full, the call that opens every lab), ``hardware`` and ``estimate``
 (lab 00), ``data``, ``models`` and ``train`` (lab 01), ``dataparallel`` (lab 02),
-``launch`` (lab 03 and every lab after it), ``timeline``, ``pipeline``,
+``launch`` (lab 03 and every lab after it; ``room`` shares one machine among a
+room of learners), ``timeline``, ``pipeline``,
 ``pipeline_run``, ``stages`` and ``p2p`` (labs 04-05), ``comm_model``,
 ``compression``, ``local_sgd`` and ``bottleneck`` (lab 06), ``sharded``,
 ``sharding_memory`` and ``memory_probe`` (lab 07), ``tensor_parallel`` and

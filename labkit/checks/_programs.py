@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from labkit import _spawn, launch
+from labkit import _spawn, launch, room
 from labkit.checks._core import ExerciseFailed
 from labkit.messages import N_, _
 
@@ -116,6 +116,12 @@ def launch_program(exercise: str, worker, world_size: int = 2, args: tuple = (),
             + (_(IN_YOUR_CODE).format(where=where) if where else "")
             + (f"\n{hint}" if hint else "")) from None
     except (launch.CollectiveTimeout, launch.DeadlineExceeded) as err:
+        busy = room.overload_note()   # then the load, not the code, is the suspect
+        if busy:
+            raise ExerciseFailed(_(
+                "{exercise}: rank(s) {ranks} waited more than {timeout:g} s for the "
+                "others.").format(exercise=exercise, ranks=err.ranks, timeout=timeout)
+                + busy) from None
         raise ExerciseFailed(_(
             "{exercise}: rank(s) {ranks} waited more than {timeout:g} s for the "
             "others: some rank called a collective (or send/recv) that the others "
@@ -140,17 +146,31 @@ def first_difference(want: dict, got: dict, atol: float) -> tuple | None:
     return (extra[0], float("inf")) if extra else None
 
 
-def run_command(command: list, timeout: float, **kwargs) -> subprocess.CompletedProcess:
+def run_command(command: list, timeout: float, busy_extra: float = 0.0,
+                **kwargs) -> subprocess.CompletedProcess:
     """Run a command (e.g. torchrun) in a session of its own; capture its output.
 
+    If it is still running after ``timeout`` s while the machine is overloaded
+    (``room``), it gets up to ``busy_extra`` s more, and a line says so: a crowded
+    classroom server is slow, and a slow machine is no mistake of the learner's.
     On a timeout, an interrupt of the cell or any error, the command and every
-    process below it are killed: torchrun's ranks never outlive the check. A timeout raises
-    ``subprocess.TimeoutExpired`` as ``subprocess.run`` would.
+    process below it are killed: torchrun's ranks never outlive the check. A timeout
+    raises ``subprocess.TimeoutExpired`` as ``subprocess.run`` would.
     """
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, start_new_session=True, **kwargs)
     try:
-        out, err = process.communicate(timeout=timeout)
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            busy = room.now()
+            if not (busy_extra > 0 and busy.overloaded):
+                raise
+            print(_("[check] still running after {timeout:g} s on a busy machine "
+                    "({room}): waiting up to {extra:g} s more.").format(
+                        timeout=timeout, room=busy.describe(), extra=busy_extra),
+                  flush=True)
+            out, err = process.communicate(timeout=busy_extra)
     except BaseException:   # TimeoutExpired, KeyboardInterrupt, ...
         _spawn.stop_tree(process)   # torchrun's ranks live in sessions of their own
         process.communicate()

@@ -1,0 +1,298 @@
+"""Share one machine with a room of learners: load, memory, per-learner caps, exposure.
+
+Taught in: nowhere (classroom plumbing: INSTRUCTORS.md "Running the room" and
+env/jupyterhub/README.md). ``launch.run`` asks it before starting ranks
+(``check_launch``, ``claim``) and gives every job its private temp folder and a
+loopback-only network (``job_environment``); timeout hints ask it whether the
+machine, not the learner's code, is the likely cause (``overload_note``).
+"""
+
+import functools
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from labkit import hardware
+from labkit.messages import _
+
+__all__ = ["Room", "now", "check_launch", "claim", "overload_note",
+           "job_environment", "loopback_only", "MAX_RANKS_ENV"]
+
+# Set by the hub for every learner (env/jupyterhub/tljh_course.py): the most ranks,
+# and the most CPU threads, that all of one learner's launches may run at once.
+MAX_RANKS_ENV = "LABKIT_MAX_RANKS"
+MAX_THREADS_ENV = "LABKIT_MAX_THREADS"
+# How long a launch waits for memory that other launches hold (seconds).
+MEMORY_WAIT_ENV = "LABKIT_MEMORY_WAIT_S"
+MEMORY_WAIT_S = 60.0
+# The launch's own size guard: CPU threads per usable core, and the memory one rank
+# is counted at (a rank forked from the preloaded helper shares torch's pages; one
+# started with spawn holds about 0.4 GiB of its own, plus its data and model).
+RANKS_PER_CORE = 4
+RANK_MEMORY_BYTES = 2**29
+# A 1-minute load above this many runnable processes per core, or less memory than
+# LOW_MEMORY_BYTES available, and the machine is overloaded: slowness is its doing.
+BUSY_LOAD_PER_CORE = 2.0
+LOW_MEMORY_BYTES = 2**30
+WARN_EVERY_S = 600.0
+_WARNED: list = []   # when this process last said the machine is busy
+
+
+@dataclass(frozen=True)
+class Room:
+    """The machine as every learner's launch sees it now."""
+
+    load: float                   # 1-minute load average (runnable processes)
+    cores: int                    # cores this process may use
+    available_bytes: int | None   # memory still available (None: unknown)
+
+    @property
+    def overloaded(self) -> bool:
+        """Too many runnable processes per core, or too little memory left."""
+        low = self.available_bytes is not None and self.available_bytes < LOW_MEMORY_BYTES
+        return self.load > BUSY_LOAD_PER_CORE * self.cores or low
+
+    def describe(self) -> str:
+        """E.g. "load 13.9 on 2 cores, 414 MB free"."""
+        free = ("?" if self.available_bytes is None
+                else f"{self.available_bytes / 1e6:,.0f}")
+        return _("load {load:.1f} on {cores} core(s), {free} MB free").format(
+            load=self.load, cores=self.cores, free=free)
+
+
+def now() -> Room:
+    """Read the machine's load and free memory (a container's limits count)."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:   # no load average on this platform
+        load = 0.0
+    return Room(load, hardware.cpu_count(), hardware.memory_available_bytes())
+
+
+def overload_note() -> str:
+    """A sentence for a timeout's message when the machine is overloaded, else ""."""
+    room = now()
+    if not room.overloaded:
+        return ""
+    return _(" This machine is overloaded right now ({room}): a timeout now most likely "
+             "means the machine was too slow, not that your code is wrong. Run the cell "
+             "again when it is quieter, or take the reference line.").format(
+                 room=room.describe())
+
+
+# ---------------------------------------------------------------- before a launch
+
+def check_launch(world_size: int, threads_per_rank: int, device: str,
+                 allow_oversubscription: bool) -> None:
+    """Refuse a launch this machine, or this learner's share of it, cannot hold.
+
+    The learner's caps (set by the hub) always hold; ``allow_oversubscription`` lifts
+    only the machine-wide core and memory guards. A busy machine is said, not refused.
+    """
+    _check_learner_caps(world_size, threads_per_rank)
+    if not allow_oversubscription:
+        _check_cores(world_size, threads_per_rank, device)
+        _wait_for_memory(world_size)
+    _say_if_busy()
+
+
+def _env_cap(name: str) -> int | None:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(_("{name} must be a positive whole number, got {value!r}: ask "
+                           "whoever runs this server.").format(name=name, value=value))
+    return int(value)
+
+
+def _check_learner_caps(world_size: int, threads_per_rank: int) -> None:
+    """Refuse past LABKIT_MAX_RANKS / LABKIT_MAX_THREADS, this learner's running
+    launches included (in every notebook of theirs)."""
+    running = _running_launches()
+    for name, asked, held in (
+            (MAX_RANKS_ENV, world_size, sum(r["ranks"] for r in running)),
+            (MAX_THREADS_ENV, world_size * threads_per_rank,
+             sum(r["ranks"] * r["threads"] for r in running))):
+        cap = _env_cap(name)
+        if cap is not None and asked + held > cap:
+            what = _("rank(s)") if name == MAX_RANKS_ENV else _("CPU thread(s)")
+            raise _refusal(_(
+                "This server lets each learner run at most {cap} {what} at once "
+                "({name}); this launch asks for {asked} and your other running "
+                "launches hold {held}. Use fewer ranks (or threads_per_rank=1), or wait "
+                "for your other notebook's launch to finish.").format(
+                    cap=cap, what=what, name=name, asked=asked, held=held))
+
+
+def _check_cores(world_size: int, threads_per_rank: int, device: str) -> None:
+    cores = hardware.cpu_count()
+    if world_size * threads_per_rank > RANKS_PER_CORE * cores:
+        raise _refusal(_(
+            "{ranks} {device} rank(s) x {threads} CPU thread(s) on {cores} usable "
+            "core(s) is over the limit of {limit} threads ({per_core} per core) that "
+            "keeps this machine usable for everyone on it. Use world_size <= {most}, "
+            "or {override}.").format(
+                ranks=world_size, device=device.upper(), threads=threads_per_rank,
+                cores=cores, limit=RANKS_PER_CORE * cores, per_core=RANKS_PER_CORE,
+                most=RANKS_PER_CORE * cores // threads_per_rank, override=_override_advice()))
+
+
+def _override_advice() -> str:
+    return _("pass allow_oversubscription=True to launch.run if you really mean it")
+
+
+def _wait_for_memory(world_size: int) -> None:
+    """Wait (saying so) while other launches hold the memory this one needs; refuse
+    with the numbers if it does not come back in LABKIT_MEMORY_WAIT_S seconds."""
+    need = world_size * RANK_MEMORY_BYTES
+    wait_s = float(os.environ.get(MEMORY_WAIT_ENV, MEMORY_WAIT_S))
+    deadline, said = time.monotonic() + wait_s, False
+    while True:
+        available = hardware.memory_available_bytes()
+        if available is None or available >= need:
+            return
+        if time.monotonic() >= deadline:
+            break
+        if not said:
+            print(_("[launch] waiting up to {wait:g} s for memory: {ranks} rank(s) need "
+                    "about {need:.1f} GiB, {available:.1f} GiB is available (other "
+                    "launches on this machine hold the rest).").format(
+                        wait=wait_s, ranks=world_size, need=need / 2**30,
+                        available=available / 2**30), flush=True)
+            said = True
+        time.sleep(1.0)
+    raise _refusal(_(
+        "{ranks} rank(s) need about {need:.1f} GiB ({each:.1f} GiB each: torch, the "
+        "data, the model), but only {available:.1f} GiB of memory is available now. "
+        "Use world_size <= {most}, close other notebooks, or {override}.").format(
+            ranks=world_size, need=need / 2**30, each=RANK_MEMORY_BYTES / 2**30,
+            available=available / 2**30,
+            most=max(1, available // RANK_MEMORY_BYTES), override=_override_advice()))
+
+
+def _say_if_busy() -> None:
+    """Print once in a while that the machine is overloaded, with its numbers."""
+    room = now()
+    if not room.overloaded or (_WARNED and time.monotonic() - _WARNED[0] < WARN_EVERY_S):
+        return
+    _WARNED[:] = [time.monotonic()]
+    print(_("[launch] this machine is busy ({room}): launches run slower than usual "
+            "and timings here measure the crowd, not the code. The checks' verdicts do "
+            "not depend on speed.").format(room=room.describe()), flush=True)
+
+
+def _refusal(message: str):
+    """The launcher's refusal, a LaunchError (imported here: launch imports room)."""
+    from labkit.launch import LaunchError
+
+    return LaunchError(message)
+
+
+# ---------------------------------------------------------------- this learner's launches
+
+def _claims_folder() -> Path:
+    """Where this learner's running launches are noted: their own cache folder
+    (never /tmp, so nothing is left there, and no other learner can write in it)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".cache")
+    return Path(cache) / "labkit" / "launches"
+
+
+def _running_launches() -> list[dict]:
+    """This learner's launches that are still running on this machine."""
+    folder, found = _claims_folder(), []
+    for path in folder.glob(f"{socket.gethostname()}-*.json") if folder.is_dir() else []:
+        try:
+            claim_ = json.loads(path.read_text())
+            alive = psutil.pid_exists(claim_["pid"])
+        except (OSError, ValueError, KeyError):
+            continue
+        if alive:
+            found.append(claim_)
+        else:   # its kernel died during the launch
+            path.unlink(missing_ok=True)
+    return found
+
+
+@contextmanager
+def claim(world_size: int, threads_per_rank: int):
+    """Note this launch's ranks and threads for the learner's caps while it runs."""
+    if _env_cap(MAX_RANKS_ENV) is None and _env_cap(MAX_THREADS_ENV) is None:
+        yield   # no caps on this machine: nothing to count
+        return
+    folder = _claims_folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{socket.gethostname()}-{os.getpid()}-{time.monotonic_ns()}.json"
+    path.write_text(json.dumps({"pid": os.getpid(), "ranks": world_size,
+                                "threads": threads_per_rank}))
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- what a job may touch
+
+def loopback_interface() -> str:
+    """The name of the interface that holds 127.0.0.1 ("lo" on Linux, "lo0" on macOS)."""
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == "127.0.0.1"
+               for a in addresses):
+            return name
+    return "lo"
+
+
+def job_environment(folder: str) -> dict:
+    """The variables that keep a single-node job private: its temp files and torch's
+    compile cache in ``folder`` (removed with it: importing torch._dynamo makes
+    ``$TMPDIR/torchinductor_<user>`` and writes its path into os.environ, so an
+    inherited value says nothing about the learner's wish), gloo's and NCCL's sockets
+    on loopback (by default they take the interface the host name resolves to, which
+    on a server is its network card)."""
+    loopback = loopback_interface()
+    return {"TMPDIR": folder, "TORCHINDUCTOR_CACHE_DIR": os.path.join(folder, "inductor"),
+            "GLOO_SOCKET_IFNAME": loopback, "NCCL_SOCKET_IFNAME": loopback}
+
+
+def _unshare(command: list) -> list:
+    return ["unshare", "--user", "--map-root-user", "--net", sys.executable, "-m",
+            "labkit._loopback_only", *command]
+
+
+@functools.cache
+def private_network() -> bool:
+    """Whether this user may make a network namespace of their own (Linux, with
+    unprivileged user namespaces allowed: Debian yes; Docker's default seccomp and
+    Ubuntu 24.04's AppArmor default no)."""
+    if sys.platform != "linux" or shutil.which("unshare") is None:
+        return False
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    try:
+        done = subprocess.run(_unshare(["true"]), capture_output=True, timeout=30,
+                              env=env)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def loopback_only(command: list) -> tuple[list, bool]:
+    """Return ``command`` made to run in a network namespace of its own, with only
+    loopback, and True; or ``command`` unchanged and False where that is not allowed.
+
+    For torchrun: its rendezvous store and the store it shares with the workers
+    listen on every interface ("::") and it has no option to bind them to one, so a
+    namespace is the only fence (the command's PYTHONPATH must reach labkit).
+    """
+    if private_network():
+        return _unshare(command), True
+    return list(command), False

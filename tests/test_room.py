@@ -1,0 +1,253 @@
+"""A room of learners on one machine: what a launch exposes, leaves, waits for and
+refuses (labkit.room, labkit._forkserver; CPU, gloo, 2 ranks).
+
+The workers live at module level so that ranks can import them.
+"""
+
+import ipaddress
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import psutil
+import pytest
+import torch.distributed as dist
+from multiprocessing import forkserver
+
+from labkit import _forkserver, launch, room
+from labkit.checks import ExerciseFailed
+from labkit.checks import _programs
+from labkit.checks import ddp as ddp_checks
+from notebook_cells import solution_folder
+
+BUSY = room.Room(load=13.9, cores=2, available_bytes=414_000_000)
+QUIET = room.Room(load=0.1, cores=2, available_bytes=20 * 2**30)
+
+
+# ---------------------------------------------------------------- workers
+
+
+def listeners_seen(ctx, parent_pid):
+    """Every listening TCP socket of this rank and of the launching process, once the
+    process group (gloo's own sockets included) is up."""
+    dist.barrier()
+    found = []
+    for pid in (os.getpid(), parent_pid):
+        for conn in psutil.Process(pid).net_connections(kind="inet"):
+            if conn.status == psutil.CONN_LISTEN:
+                found.append((pid, conn.laddr.ip, conn.laddr.port))
+    dist.barrier()
+    return found
+
+
+def sleep_then_return(ctx, seconds):
+    time.sleep(seconds)
+    return ctx.rank
+
+
+def temp_folder(ctx):
+    return tempfile.gettempdir(), os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _is_loopback(ip: str) -> bool:
+    address = ipaddress.ip_address(ip.split("%")[0])
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or bool(mapped and mapped.is_loopback)
+
+
+def _listeners_below(pid: int) -> set:
+    """(ip, port) of every listening TCP socket of ``pid``'s descendants."""
+    below = {p.pid for p in psutil.Process(pid).children(recursive=True)}
+    return {(c.laddr.ip, c.laddr.port) for c in psutil.net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN and c.pid in below}
+
+
+class ListenerWatch(threading.Thread):
+    """Collect, every 0.1 s, the listening sockets of this process's descendants."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.seen, self.done = set(), threading.Event()
+
+    def run(self):
+        while not self.done.is_set():
+            self.seen |= _listeners_below(os.getpid())
+            time.sleep(0.1)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.join(5)
+
+
+@pytest.fixture
+def lab03(tmp_path, monkeypatch):
+    """Lab 03's solution modules in a folder the checks run from."""
+    return solution_folder(tmp_path, monkeypatch, "03_ddp.ipynb",
+                           ("ddp_worker.py", "ddp_script.py"))
+
+
+# ---------------------------------------------------------------- nothing beyond loopback
+
+
+def test_a_launch_listens_on_loopback_only(capsys):
+    """During a 2-rank launch, is every listening socket (the store in the parent,
+    gloo's in the ranks) bound to loopback, and does the launcher say so?"""
+    ranks = launch.run(listeners_seen, 2, args=(os.getpid(),), backend="gloo")
+    found = [entry for rank in ranks for entry in rank]
+    assert found, "the store and gloo listen somewhere"
+    exposed = [entry for entry in found if not _is_loopback(entry[1])]
+    assert not exposed, f"listening beyond loopback: {exposed}"
+    assert "127.0.0.1" in {ip for _pid, ip, _port in found}
+    assert "loopback only" in capsys.readouterr().out
+
+
+def test_the_torchrun_check_exposes_nothing_beyond_loopback(lab03, capsys):
+    """While the torchrun check runs (solution), does nothing of it listen beyond
+    loopback on this machine's interfaces?"""
+    if not room.private_network():
+        pytest.skip("no unprivileged network namespaces here: the check says so instead")
+    with ListenerWatch() as watch:
+        ddp_checks.ddp_under_torchrun(str(lab03 / "ddp_script.py"),
+                                      str(lab03 / "ddp_worker.py"))
+    assert "ddp_under_torchrun: passed" in capsys.readouterr().out
+    exposed = sorted(entry for entry in watch.seen if not _is_loopback(entry[0]))
+    assert not exposed, f"torchrun listened beyond loopback: {exposed}"
+
+
+def test_without_a_namespace_the_check_says_torchrun_is_exposed(lab03, monkeypatch,
+                                                                 capsys):
+    """Where no private network namespace is allowed, does the check say that
+    torchrun's stores listen on every interface, and is that true?"""
+    monkeypatch.setattr(room, "private_network", lambda: False)
+    with ListenerWatch() as watch:
+        ddp_checks.ddp_under_torchrun(str(lab03 / "ddp_script.py"),
+                                      str(lab03 / "ddp_worker.py"))
+    out = capsys.readouterr().out
+    assert "listen on every network interface" in out and "passed" in out
+    assert any(not _is_loopback(ip) for ip, _port in watch.seen), watch.seen
+
+
+# ---------------------------------------------------------------- nothing left behind
+
+
+def test_ranks_get_the_launchs_own_temp_folder_and_it_goes(tmp_path, monkeypatch):
+    """Do ranks write temp files in the launch's folder, removed at its end, with
+    the torch compile cache there too?"""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    folder, cache = launch.run(temp_folder, 1, backend="gloo")[0]
+    assert os.path.dirname(folder) == str(tmp_path) and cache.startswith(folder)
+    assert not os.path.exists(folder)
+
+
+def test_the_helper_stops_when_idle_and_comes_back_saying_so(monkeypatch, capsys):
+    """After LABKIT_HELPER_IDLE_S idle seconds, is the forkserver gone (its folder
+    too), and does the next launch start it again, saying so once?"""
+    monkeypatch.setenv("LABKIT_HELPER_IDLE_S", "1")
+    launch.run(sleep_then_return, 1, args=(0,), backend="gloo")
+    pid, folder = forkserver._forkserver._forkserver_pid, _forkserver._STATE["folder"]
+    assert pid is not None and os.path.isdir(folder)
+    deadline = time.monotonic() + 30
+    while forkserver._forkserver._forkserver_pid is not None:
+        assert time.monotonic() < deadline, "the idle helper never stopped"
+        time.sleep(0.2)
+    assert not psutil.pid_exists(pid) and not os.path.exists(folder)
+    capsys.readouterr()
+    assert launch.run(sleep_then_return, 2, args=(0,), backend="gloo") == [0, 1]
+    assert capsys.readouterr().out.count("starting the helper that preloads torch") == 1
+    monkeypatch.setenv("LABKIT_HELPER_IDLE_S", "0")   # the rest of the suite keeps it
+    launch.warm_up()
+
+
+# ---------------------------------------------------------------- a crowded machine
+
+
+def test_the_learners_rank_cap_counts_their_other_launches(monkeypatch, tmp_path):
+    """With LABKIT_MAX_RANKS=3, is a 2-rank launch refused while another 2-rank
+    launch of the same learner runs, and allowed once it ended?"""
+    monkeypatch.setenv("LABKIT_MAX_RANKS", "3")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = threading.Thread(target=launch.run, args=(sleep_then_return, 2),
+                             kwargs={"args": (6,), "backend": "gloo"})
+    first.start()
+    deadline = time.monotonic() + 30
+    while not list((tmp_path / "labkit" / "launches").glob("*.json")):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    with pytest.raises(launch.LaunchError, match=r"at most 3 rank\(s\).*hold 2"):
+        launch.run(sleep_then_return, 2, args=(0,), backend="gloo")
+    first.join(60)
+    assert launch.run(sleep_then_return, 2, args=(0,), backend="gloo") == [0, 1]
+    assert not list((tmp_path / "labkit" / "launches").glob("*.json"))
+
+
+def test_the_thread_cap_is_ranks_times_threads(monkeypatch, tmp_path):
+    """With LABKIT_MAX_THREADS=2, are 2 ranks x 2 threads refused, with the cap's name,
+    even with allow_oversubscription=True?"""
+    monkeypatch.setenv("LABKIT_MAX_THREADS", "2")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    with pytest.raises(launch.LaunchError, match="LABKIT_MAX_THREADS"):
+        launch.run(sleep_then_return, 2, args=(0,), backend="gloo", threads_per_rank=2,
+                   allow_oversubscription=True)
+
+
+def test_a_bad_cap_is_a_clear_error(monkeypatch):
+    """Is LABKIT_MAX_RANKS=lots refused with what it must be?"""
+    monkeypatch.setenv("LABKIT_MAX_RANKS", "lots")
+    with pytest.raises(ValueError, match="positive whole number"):
+        launch.run(sleep_then_return, 1, args=(0,), backend="gloo")
+
+
+def test_a_launch_waits_for_memory_other_launches_hold(monkeypatch, capsys):
+    """When memory is short, does a launch wait (saying so) and go on once it is
+    back, instead of failing at once?"""
+    answers = iter([2**28, 2**28, 2**28])
+    monkeypatch.setattr(room.hardware, "memory_available_bytes",
+                        lambda: next(answers, 2**34))
+    assert launch.run(sleep_then_return, 2, args=(0,), backend="gloo") == [0, 1]
+    assert "waiting up to 60 s for memory" in capsys.readouterr().out
+
+
+def test_a_busy_machine_is_said_with_its_numbers(monkeypatch, capsys):
+    """On an overloaded machine, does a launch say so, with load, cores and memory?"""
+    monkeypatch.setattr(room, "now", lambda: BUSY)
+    monkeypatch.setattr(room, "_WARNED", [])
+    room.check_launch(2, 1, "cpu", allow_oversubscription=True)
+    out = capsys.readouterr().out
+    assert "this machine is busy (load 13.9 on 2 core(s), 414 MB free)" in out
+
+
+def test_a_timeout_on_a_busy_machine_blames_the_machine(monkeypatch):
+    """When a check's collective times out on an overloaded machine, does the hint
+    name the load instead of the learner's code?"""
+    def timed_out(*args, **kwargs):
+        raise launch.CollectiveTimeout("waited", [1])
+
+    monkeypatch.setattr(launch, "run", timed_out)
+    for state, words in ((BUSY, "overloaded right now (load 13.9"),
+                         (QUIET, "never matched")):
+        monkeypatch.setattr(room, "now", lambda state=state: state)
+        with pytest.raises(ExerciseFailed, match=words.replace("(", r"\(")) as err:
+            _programs.launch_program("demo", sleep_then_return, hang_hint="")
+        assert ("never matched" in str(err.value)) == (state is QUIET)
+
+
+def test_a_slow_command_on_a_busy_machine_gets_more_time(monkeypatch, capsys):
+    """Does run_command give a command past its timeout more time while the machine
+    is overloaded (saying so), and none when it is quiet?"""
+    sleep = [sys.executable, "-c", "import time; time.sleep(2)"]
+    monkeypatch.setattr(room, "now", lambda: BUSY)
+    done = _programs.run_command(sleep, timeout=0.5, busy_extra=20)
+    assert done.returncode == 0 and "on a busy machine" in capsys.readouterr().out
+    monkeypatch.setattr(room, "now", lambda: QUIET)
+    with pytest.raises(subprocess.TimeoutExpired):
+        _programs.run_command(sleep, timeout=0.5, busy_extra=20)
