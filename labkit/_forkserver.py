@@ -36,6 +36,7 @@ PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "labkit.launch", "labk
 NVML_CHECK = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 IDLE_ENV = "LABKIT_HELPER_IDLE_S"   # "0": the helper stays until the kernel exits
 IDLE_S = 60.0
+FOLDER_ENV = "LABKIT_HELPER_FOLDER"   # set in the helper's environment only
 
 # The forkserver is one per process (multiprocessing's own global), so is this: how
 # many launches use it now, the idle timer, its temp folder, and whether it was
@@ -88,7 +89,7 @@ def start() -> None:
                 shutil.rmtree(_STATE["folder"], ignore_errors=True)
             _STATE["folder"] = tempfile.mkdtemp(prefix="labkit-helper-")
         folder = _STATE["folder"]
-        _with_environment({**NVML_CHECK, "TMPDIR": folder,
+        _with_environment({**NVML_CHECK, "TMPDIR": folder, FOLDER_ENV: folder,
                            "TORCHINDUCTOR_CACHE_DIR": os.path.join(folder, "inductor")},
                           forkserver.ensure_running)   # returns at once if it is up
         if not _STATE["launches"]:
@@ -173,4 +174,10 @@ def in_use():
                 _arm_timer()
 
 
-atexit.register(stop)   # its folder goes with the kernel (the server goes by itself)
+if os.environ.get(FOLDER_ENV):
+    # This is the helper itself, importing PRELOAD. It exits when the process that
+    # started it does, even one that was killed (its pipe closes): its folder goes
+    # then. Ranks forked from it exit with os._exit, skipping this.
+    atexit.register(shutil.rmtree, os.environ[FOLDER_ENV], True)
+else:
+    atexit.register(stop)   # a kernel that shuts down stops its helper first

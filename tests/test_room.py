@@ -251,3 +251,33 @@ def test_a_slow_command_on_a_busy_machine_gets_more_time(monkeypatch, capsys):
     monkeypatch.setattr(room, "now", lambda: QUIET)
     with pytest.raises(subprocess.TimeoutExpired):
         _programs.run_command(sleep, timeout=0.5, busy_extra=20)
+
+
+_KILLED_KERNEL = """
+import time
+from labkit import _forkserver, launch
+from test_room import sleep_then_return
+launch.run(sleep_then_return, 1, args=(0,), backend="gloo")
+print("helper folder:", _forkserver._STATE["folder"], flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_kernel_leaves_no_helper_folder(tmp_path):
+    """When the process that started the helper is killed (no atexit), does the
+    helper still remove its temp folder as it exits?"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "TMPDIR": str(tmp_path)}
+    kernel = subprocess.Popen([sys.executable, "-c", _KILLED_KERNEL], env=env,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        lines = iter(kernel.stdout.readline, "")
+        folder = next(line for line in lines if line.startswith("helper folder:"))
+        folder = folder.split(":", 1)[1].strip()
+        assert folder.startswith(str(tmp_path)) and os.path.isdir(folder)
+    finally:
+        kernel.kill()
+        kernel.wait()
+    deadline = time.monotonic() + 30
+    while os.path.exists(folder):
+        assert time.monotonic() < deadline, "the helper left its folder behind"
+        time.sleep(0.2)
