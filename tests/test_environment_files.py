@@ -302,6 +302,7 @@ def test_z2jh_profiles_ask_for_gpus_shm_and_culling():
                                                          "mountPath": "/dev/shm"}
     assert values["cull"]["enabled"] and values["cull"]["timeout"] <= 3600
     assert single["image"]["tag"] != "latest"
+    assert single["extraEnv"] == {"LABKIT_MAX_RANKS": "4", "LABKIT_MAX_THREADS": "4"}
 
 
 # ---------------------------------------------------------------- the GPU lane
