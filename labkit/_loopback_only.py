@@ -4,7 +4,7 @@
 new namespace has only ``lo``, and it starts down. Whatever CMD listens on (torchrun's
 stores bind every interface, "::") is then reachable from loopback inside the
 namespace only: not from the network, and not from other users of the machine.
-Used by ``room.loopback_only``.
+Used by ``privacy.loopback_only``.
 """
 
 import fcntl

@@ -27,7 +27,7 @@ from multiprocessing import connection
 import torch
 import torch.distributed as dist
 
-from labkit import _forkserver, _spawn, hardware, room
+from labkit import _forkserver, _spawn, hardware, privacy, room
 from labkit._spawn import RankContext
 from labkit.messages import N_, _
 
@@ -406,7 +406,7 @@ def _rank_environment(folder: str) -> dict:
     its temp files in the launch's ``folder`` and its sockets on loopback."""
     from labkit.messages import language
 
-    return {**os.environ, "LABKIT_LANG": language(), **room.job_environment(folder)}
+    return {**os.environ, "LABKIT_LANG": language(), **privacy.job_environment(folder)}
 
 
 def warm_up() -> None:

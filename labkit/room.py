@@ -2,18 +2,16 @@
 
 Taught in: nowhere (classroom plumbing: INSTRUCTORS.md "Running the room" and
 env/jupyterhub/README.md). ``launch.run`` asks it before starting ranks
-(``check_launch``, ``claim``) and gives every job its private temp folder and a
-loopback-only network (``job_environment``); timeout hints ask it whether the
-machine, not the learner's code, is the likely cause (``overload_note``).
+(``check_launch``, ``claim``; the torchrun checks ``wait_for_memory``); the checks
+wait longer on a crowded machine (``patience``), and timeout hints ask it whether
+the machine, not the learner's code, is the likely cause (``overload_note``).
+What a job may touch (loopback, its temp folder) is ``privacy``'s.
 """
 
-import functools
 import json
 import os
-import shutil
+import random
 import socket
-import subprocess
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,8 +22,8 @@ import psutil
 from labkit import hardware
 from labkit.messages import _
 
-__all__ = ["Room", "now", "check_launch", "claim", "overload_note",
-           "job_environment", "loopback_only", "MAX_RANKS_ENV"]
+__all__ = ["Room", "now", "check_launch", "claim", "wait_for_memory", "patience",
+           "overload_note"]
 
 # Set by the hub for every learner (env/jupyterhub/tljh_course.py): the most ranks,
 # and the most CPU threads, that all of one learner's launches may run at once.
@@ -33,7 +31,7 @@ MAX_RANKS_ENV = "LABKIT_MAX_RANKS"
 MAX_THREADS_ENV = "LABKIT_MAX_THREADS"
 # How long a launch waits for memory that other launches hold (seconds).
 MEMORY_WAIT_ENV = "LABKIT_MEMORY_WAIT_S"
-MEMORY_WAIT_S = 60.0
+MEMORY_WAIT_S = 120.0
 # The launch's own size guard: CPU threads per usable core, and the memory one rank
 # is counted at (a rank forked from the preloaded helper shares torch's pages; one
 # started with spawn holds about 0.4 GiB of its own, plus its data and model).
@@ -83,10 +81,9 @@ def overload_note() -> str:
     room = now()
     if not room.overloaded:
         return ""
-    return _(" This machine is overloaded right now ({room}): a timeout now most likely "
-             "means the machine was too slow, not that your code is wrong. Run the cell "
-             "again when it is quieter, or take the reference line.").format(
-                 room=room.describe())
+    return _(" This machine is overloaded right now ({room}): if your code looks "
+             "right, the machine may just have been too slow. Run the cell again when "
+             "it is quieter, or take the reference line.").format(room=room.describe())
 
 
 # ---------------------------------------------------------------- before a launch
@@ -101,7 +98,7 @@ def check_launch(world_size: int, threads_per_rank: int, device: str,
     _check_learner_caps(world_size, threads_per_rank)
     if not allow_oversubscription:
         _check_cores(world_size, threads_per_rank, device)
-        _wait_for_memory(world_size)
+        wait_for_memory(world_size)
     _say_if_busy()
 
 
@@ -151,33 +148,63 @@ def _override_advice() -> str:
     return _("pass allow_oversubscription=True to launch.run if you really mean it")
 
 
-def _wait_for_memory(world_size: int) -> None:
-    """Wait (saying so) while other launches hold the memory this one needs; refuse
-    with the numbers if it does not come back in LABKIT_MEMORY_WAIT_S seconds."""
-    need = world_size * RANK_MEMORY_BYTES
+def wait_for_memory(processes: int) -> None:
+    """Wait (saying so) while other launches hold the memory ``processes`` new torch
+    processes need, keeping LOW_MEMORY_BYTES free for the programs already running
+    (below that, the machine evicts their code and thrashes); refuse with the numbers
+    if it does not come back within LABKIT_MEMORY_WAIT_S seconds.
+
+    Learners who launch at the same moment all see the same free memory: when it is
+    tight, each waits a random second or two and looks again, so that the first
+    ones' ranks show in what the later ones read.
+    """
+    need = processes * RANK_MEMORY_BYTES
     wait_s = float(os.environ.get(MEMORY_WAIT_ENV, MEMORY_WAIT_S))
     deadline, said = time.monotonic() + wait_s, False
     while True:
         available = hardware.memory_available_bytes()
-        if available is None or available >= need:
+        if available is None or available >= 2 * need + LOW_MEMORY_BYTES:
             return
+        if available >= need + LOW_MEMORY_BYTES:
+            time.sleep(random.uniform(0.5, 2.5))
+            again = hardware.memory_available_bytes()
+            if again is None or again >= need + LOW_MEMORY_BYTES:
+                return
         if time.monotonic() >= deadline:
             break
         if not said:
-            print(_("[launch] waiting up to {wait:g} s for memory: {ranks} rank(s) need "
-                    "about {need:.1f} GiB, {available:.1f} GiB is available (other "
+            print(_("[launch] waiting up to {wait:g} s for memory: {ranks} process(es) "
+                    "need about {need:.1f} GiB and {reserve:.0f} GiB stays free for the "
+                    "programs already running; {available:.1f} GiB is available (other "
                     "launches on this machine hold the rest).").format(
-                        wait=wait_s, ranks=world_size, need=need / 2**30,
-                        available=available / 2**30), flush=True)
+                        wait=wait_s, ranks=processes, need=need / 2**30,
+                        reserve=LOW_MEMORY_BYTES / 2**30, available=available / 2**30),
+                  flush=True)
             said = True
         time.sleep(1.0)
     raise _refusal(_(
-        "{ranks} rank(s) need about {need:.1f} GiB ({each:.1f} GiB each: torch, the "
-        "data, the model), but only {available:.1f} GiB of memory is available now. "
-        "Use world_size <= {most}, close other notebooks, or {override}.").format(
-            ranks=world_size, need=need / 2**30, each=RANK_MEMORY_BYTES / 2**30,
-            available=available / 2**30,
-            most=max(1, available // RANK_MEMORY_BYTES), override=_override_advice()))
+        "{ranks} process(es) need about {need:.1f} GiB ({each:.1f} GiB each: torch, the "
+        "data, the model) and {reserve:.0f} GiB stays free for the programs already "
+        "running, but only {available:.1f} GiB of memory is available now. Use fewer "
+        "ranks, close other notebooks, wait for the room to calm down, or "
+        "{override}.").format(
+            ranks=processes, need=need / 2**30, each=RANK_MEMORY_BYTES / 2**30,
+            reserve=LOW_MEMORY_BYTES / 2**30, available=available / 2**30,
+            override=_override_advice()))
+
+
+def patience(timeout: float) -> float:
+    """A check's ``timeout``, longer on an overloaded machine: times the load per
+    core over BUSY_LOAD_PER_CORE, at most 8 times. A check's verdict must not depend
+    on how crowded the room is; a real hang is still caught, later."""
+    room = now()
+    factor = min(8.0, max(1.0, room.load / (BUSY_LOAD_PER_CORE * room.cores)))
+    if factor > 1:
+        print(_("[check] this machine is busy ({room}): waiting up to {timeout:.0f} s "
+                "instead of {usual:g} s before calling anything a hang.").format(
+                    room=room.describe(), timeout=timeout * factor, usual=timeout),
+              flush=True)
+    return timeout * factor
 
 
 def _say_if_busy() -> None:
@@ -239,60 +266,3 @@ def claim(world_size: int, threads_per_rank: int):
         yield
     finally:
         path.unlink(missing_ok=True)
-
-
-# ---------------------------------------------------------------- what a job may touch
-
-def loopback_interface() -> str:
-    """The name of the interface that holds 127.0.0.1 ("lo" on Linux, "lo0" on macOS)."""
-    for name, addresses in psutil.net_if_addrs().items():
-        if any(a.family == socket.AF_INET and a.address == "127.0.0.1"
-               for a in addresses):
-            return name
-    return "lo"
-
-
-def job_environment(folder: str) -> dict:
-    """The variables that keep a single-node job private: its temp files and torch's
-    compile cache in ``folder`` (removed with it: importing torch._dynamo makes
-    ``$TMPDIR/torchinductor_<user>`` and writes its path into os.environ, so an
-    inherited value says nothing about the learner's wish), gloo's and NCCL's sockets
-    on loopback (by default they take the interface the host name resolves to, which
-    on a server is its network card)."""
-    loopback = loopback_interface()
-    return {"TMPDIR": folder, "TORCHINDUCTOR_CACHE_DIR": os.path.join(folder, "inductor"),
-            "GLOO_SOCKET_IFNAME": loopback, "NCCL_SOCKET_IFNAME": loopback}
-
-
-def _unshare(command: list) -> list:
-    return ["unshare", "--user", "--map-root-user", "--net", sys.executable, "-m",
-            "labkit._loopback_only", *command]
-
-
-@functools.cache
-def private_network() -> bool:
-    """Whether this user may make a network namespace of their own (Linux, with
-    unprivileged user namespaces allowed: Debian yes; Docker's default seccomp and
-    Ubuntu 24.04's AppArmor default no)."""
-    if sys.platform != "linux" or shutil.which("unshare") is None:
-        return False
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    try:
-        done = subprocess.run(_unshare(["true"]), capture_output=True, timeout=30,
-                              env=env)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0
-
-
-def loopback_only(command: list) -> tuple[list, bool]:
-    """Return ``command`` made to run in a network namespace of its own, with only
-    loopback, and True; or ``command`` unchanged and False where that is not allowed.
-
-    For torchrun: its rendezvous store and the store it shares with the workers
-    listen on every interface ("::") and it has no option to bind them to one, so a
-    namespace is the only fence (the command's PYTHONPATH must reach labkit).
-    """
-    if private_network():
-        return _unshare(command), True
-    return list(command), False

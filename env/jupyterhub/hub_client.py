@@ -60,14 +60,26 @@ class Hub:
     def server_stopped(self, name: str) -> bool:
         return not (self.api("GET", f"users/{name}").get("servers") or {})
 
-    def user_api(self, method: str, name: str, path: str, **kwargs):
-        """Call the learner's own server: ``/user/<name>/api/<path>``."""
-        reply = self.http.request(method, f"{self.url}/user/{name}/api/{path}",
-                                  timeout=120, **kwargs)
-        if reply.status_code >= 400:
-            raise RuntimeError(f"{method} /user/{name}/api/{path}: "
-                               f"{reply.status_code} {reply.text[:500]}")
-        return reply.json() if reply.content else None
+    def user_api(self, method: str, name: str, path: str, tries: int = 5, **kwargs):
+        """Call the learner's own server: ``/user/<name>/api/<path>``. A crowded
+        server may answer late or with the hub's "starting" page: tried again."""
+        for attempt in range(tries):
+            try:
+                reply = self.http.request(method, f"{self.url}/user/{name}/api/{path}",
+                                          timeout=180, **kwargs)
+            except requests.RequestException:
+                if attempt == tries - 1:
+                    raise
+                time.sleep(3.0)
+                continue
+            if reply.status_code < 400 and (not reply.content or reply.headers.get(
+                    "Content-Type", "").startswith("application/json")):
+                return reply.json() if reply.content else None
+            if attempt == tries - 1 or reply.status_code in (400, 401, 403, 404):
+                raise RuntimeError(f"{method} /user/{name}/api/{path}: "
+                                   f"{reply.status_code} {reply.text[:300]}")
+            time.sleep(3.0)
+        return None
 
 
 @dataclass
@@ -89,17 +101,45 @@ class KernelSession:
     path: str                          # the notebook, relative to the learner's home
     session: dict = field(default_factory=dict)
     socket: object = None
+    reconnects: int = 0   # websockets that dropped (a crowded server) and were reopened
 
     def open(self) -> None:
         """Start a kernel for ``path`` (its folder is the kernel's working folder)."""
         self.session = self.hub.user_api("POST", self.name, "sessions", json={
             "path": self.path, "type": "notebook", "name": self.path.split("/")[-1],
             "kernel": {"name": "python3"}})
+        self.connect()
+
+    def connect(self) -> None:
+        """Open the kernel's websocket. Reconnecting with the same ``session_id``
+        makes the server replay what the kernel sent meanwhile, as for JupyterLab."""
         kernel = self.session["kernel"]["id"]
         url = self.hub.url.replace("http", "ws", 1)
         self.socket = websocket.create_connection(
-            f"{url}/user/{self.name}/api/kernels/{kernel}/channels",
-            header=[f"Authorization: token {self.hub.token}"], timeout=30)
+            f"{url}/user/{self.name}/api/kernels/{kernel}/channels"
+            f"?session_id={self.session['id']}",
+            header=[f"Authorization: token {self.hub.token}"], timeout=60)
+
+    def _receive(self, deadline: float):
+        """The next message, or None once ``deadline`` passed; a dropped websocket is
+        reopened (counted in ``reconnects``) as a browser would."""
+        while time.monotonic() < deadline:
+            self.socket.settimeout(max(1.0, deadline - time.monotonic()))
+            try:
+                text = self.socket.recv()
+                if text:
+                    return json.loads(text)
+            except websocket.WebSocketTimeoutException:
+                return None
+            except (websocket.WebSocketException, OSError, ValueError):
+                pass
+            self.reconnects += 1
+            time.sleep(2.0)
+            try:
+                self.connect()
+            except (websocket.WebSocketException, OSError):
+                continue
+        return None
 
     def notebook(self) -> dict:
         """The learner's notebook, read through their server's contents API."""
@@ -111,10 +151,8 @@ class KernelSession:
         self.socket.send(json.dumps(_execute_request(msg_id, code)))
         error, text, replied, idle = None, [], False, False
         while not (replied and idle):
-            self.socket.settimeout(max(1.0, start + timeout - time.monotonic()))
-            try:
-                message = json.loads(self.socket.recv())
-            except websocket.WebSocketTimeoutException:
+            message = self._receive(start + timeout)
+            if message is None:
                 return Cell(index, time.monotonic() - start, "timed out", "".join(text))
             if message.get("parent_header", {}).get("msg_id") != msg_id:
                 continue

@@ -189,6 +189,7 @@ def run_learner(hub: Hub, name: str, lab: str, checks: set, start: threading.Bar
     except Exception as err:   # the learner's browser would show it: record it
         errors.append({"cell": None, "error": f"{type(err).__name__}: {err}"})
     result["errors"], result["session"] = errors, session
+    result["reconnects"] = session.reconnects
 
 
 # ---------------------------------------------------------------- the rehearsal

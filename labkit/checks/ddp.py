@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
-from labkit import data, models, room
+from labkit import data, models, privacy, room
 from labkit.checks._core import ExerciseFailed, attempt, passed
 from labkit.checks._reference import use_reference
 from labkit.checks._programs import (first_difference, launch_program, load_program,
@@ -650,34 +650,29 @@ def ddp_under_torchrun(path="ddp_script.py", worker_path="ddp_worker.py",
     load_program(worker_path)   # the worker it imports must be there and import
     script = Path(path).resolve()
     unseen = _device_choices(name, load_program(script))
+    room.wait_for_memory(3)   # torchrun's agent and 2 workers, each importing torch
+    timeout = room.patience(timeout)
     folder = Path(tempfile.mkdtemp(prefix="labkit-torchrun-check-"))
     out = folder / "weights.pt"
     # torchrun's stores listen on every interface: in a network namespace of their
-    # own where the machine allows it, else with a line saying so (room.loopback_only)
-    torchrun, fenced = room.loopback_only(
+    # own where the machine allows it, else with a line saying so (privacy.loopback_only)
+    torchrun, _fenced = privacy.loopback_only(
         [sys.executable, "-m", "torch.distributed.run", "--standalone",
+         "--local-addr=127.0.0.1",   # meet at loopback, not at the host name's address
          "--nproc-per-node=2", str(script), str(out), str(epochs), str(limit)])
-    if not fenced:
-        print(_("[check] torchrun's rendezvous stores listen on every network "
-                "interface (torch has no option to bind them to one), and this "
-                "machine allows no private network namespace to hide them in: they "
-                "are reachable from the network while the check runs."))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
            "PYTHONPATH": os.pathsep.join([str(script.parent), *sys.path]),
-           **room.job_environment(str(folder))}   # torchelastic_* logs go there too
+           **privacy.job_environment(str(folder))}   # torchelastic_* logs go there too
     try:
         done = run_command(torchrun, timeout, busy_extra=2 * timeout, env=env,
                            cwd=script.parent)
     except subprocess.TimeoutExpired:
         shutil.rmtree(folder, ignore_errors=True)
-        busy = room.overload_note()
-        if busy:
-            raise ExerciseFailed(_("{name}: torchrun did not finish in time.").format(
-                name=name) + busy) from None
         raise ExerciseFailed(_("{name}: torchrun did not finish within {timeout:g} s: "
                                "a rank waits for another (init_process_group on every "
                                "rank? the same world size? one backend for the job?)."
-                               ).format(name=name, timeout=timeout)) from None
+                               ).format(name=name, timeout=timeout)
+                             + room.overload_note()) from None
     if done.returncode != 0 or not out.exists():
         shutil.rmtree(folder, ignore_errors=True)
         raise ExerciseFailed(_("{name}: {failure}").format(
