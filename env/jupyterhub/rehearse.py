@@ -19,33 +19,32 @@ cells, peak and idle memory (idle: the kernel still up, a minute after the lab, 
 the launcher's helper has gone), the machine's load and free memory; whether one
 learner can touch another's files, sockets beyond loopback, and what is left once
 the servers stop. Prints a table, writes build/hub/report-K<K>.json, and exits 1
-on any error cell, exposure, isolation problem or leftover.
+on any error cell, exposure, isolation problem or leftover. When memory stays under
+512 MiB for --thrash-s seconds (300), it stops, says how far each learner got, and
+gives the machine back: a machine that thrashes does so for everyone on it.
+
+hub_install.py installs, hub_server.py starts the hub and its users, hub_client.py
+talks to it, room_audit.py watches the machine, rehearsal_report.py sums up.
 """
 
 import argparse
 import json
 import os
-import pwd
-import secrets
-import shutil
-import socket
-import statistics
-import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1])]
 
 import hub_install  # noqa: E402  (this folder's modules, after the path is set)
+import rehearsal_report  # noqa: E402
 import room_audit  # noqa: E402
 from hub_client import Hub, KernelSession  # noqa: E402
+from hub_server import make_users, remove_user, running_hub, wait_until  # noqa: E402
 
 ROOT = HERE.parents[1]
-PREFIX = "lkr"   # the rehearsal's system users: lkr01, lkr02, ...
 
 TAKE_THE_REFERENCE = '''from labkit.checks import ExerciseFailed as _ExerciseFailed
 import re as _re
@@ -59,99 +58,6 @@ except _ExerciseFailed as _failed:
     exec(_line.group(1))
     exec(_check)
 '''
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-# ---------------------------------------------------------------- users and hub
-
-def make_users(count: int) -> list:
-    """Create ``count`` system users with private homes; return their pwd entries."""
-    accounts = []
-    for index in range(1, count + 1):
-        name = f"{PREFIX}{index:02d}"
-        remove_user(name)   # left by an interrupted rehearsal
-        subprocess.run(["useradd", "--create-home", "--user-group", "--shell",
-                        "/bin/bash", "--key", "HOME_MODE=0700", name], check=True)
-        accounts.append(pwd.getpwnam(name))
-    return accounts
-
-
-def remove_user(name: str) -> None:
-    subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
-    subprocess.run(["userdel", "--remove", name], capture_output=True)
-
-
-_CONFIG = '''
-c = get_config()  # noqa: F821
-c.JupyterHub.bind_url = "http://127.0.0.1:{public}"
-c.JupyterHub.hub_bind_url = "http://127.0.0.1:{hub}"
-c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{api}"
-c.ConfigurableHTTPProxy.command = [{proxy!r}]
-c.JupyterHub.db_url = "sqlite:///{state}/jupyterhub.sqlite"
-c.JupyterHub.cookie_secret_file = "{state}/cookie_secret"
-c.JupyterHub.pid_file = "{state}/jupyterhub.pid"
-c.ConfigurableHTTPProxy.pid_file = "{state}/proxy.pid"
-c.JupyterHub.cleanup_servers = True
-c.JupyterHub.spawner_class = "localprocess"
-c.Spawner.cmd = [{singleuser!r}]
-c.Spawner.disable_user_config = True
-c.Spawner.start_timeout = 600
-c.Spawner.http_timeout = 600
-c.Spawner.environment = {environment!r}
-c.JupyterHub.services = [{{"name": "rehearsal", "api_token": {token!r}}}]
-c.JupyterHub.load_roles = [{{"name": "rehearsal", "services": ["rehearsal"],
-    "scopes": ["admin:users", "admin:servers", "access:servers", "list:users"]}}]
-load_subconfig({course_config!r})   # the course's hub settings, unchanged
-'''
-
-
-@contextmanager
-def running_hub(install: "hub_install.Install", environment: dict):
-    """Start JupyterHub (and its proxy) on loopback; yield a Hub; stop it after."""
-    state = install.build / "state"
-    shutil.rmtree(state, ignore_errors=True)
-    state.mkdir(mode=0o700, parents=True)
-    token, public = secrets.token_hex(32), _free_port()
-    (state / "jupyterhub_config.py").write_text(_CONFIG.format(
-        public=public, hub=_free_port(), api=_free_port(), proxy=str(install.proxy),
-        state=state, singleuser=str(install.bin / "jupyterhub-singleuser"),
-        environment=environment, token=token,
-        course_config=str(HERE / "tljh_course.py")))
-    env = {"PATH": f"{install.bin}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
-           "HOME": str(state), "COURSE_HOME": str(install.course),
-           "COURSE_DATA": str(install.data)}   # no PYTHONPATH: learners get none
-    log = open(state / "hub.log", "w")
-    hub = subprocess.Popen([str(install.bin / "jupyterhub"), "-f",
-                            str(state / "jupyterhub_config.py")], cwd=state, env=env,
-                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        client = Hub(f"http://127.0.0.1:{public}", token)
-        client.wait_up()
-        yield client
-    finally:
-        hub.terminate()   # cleanup_servers: the hub stops every server first
-        try:
-            hub.wait(120)
-        except subprocess.TimeoutExpired:
-            os.killpg(hub.pid, 9)
-            hub.wait()
-        log.close()
-
-
-def _wait(check, names: list, limit: float) -> float:
-    """Wait until ``check(name)`` holds for every name; return the seconds taken."""
-    start, left = time.monotonic(), set(names)
-    while left:
-        if time.monotonic() - start > limit:
-            raise TimeoutError(f"not ready after {limit:g} s: {sorted(left)}")
-        left = {name for name in left if not check(name)}
-        time.sleep(1.0)
-    return time.monotonic() - start
 
 
 # ---------------------------------------------------------------- one learner
@@ -182,6 +88,7 @@ def run_learner(hub: Hub, name: str, lab: str, checks: set, start: threading.Bar
         result["kernel_s"] = round(time.monotonic() - began, 1)
         for index, code in learner_cells(session.notebook(), checks):
             cell = session.run(index, code, timeout)
+            result.setdefault("cells", []).append((index, round(cell.seconds, 1)))
             if cell.error:
                 errors.append({"cell": index, "error": cell.error,
                                "output": cell.text[-1500:]})
@@ -201,7 +108,7 @@ def rehearse(hub: Hub, accounts: list, options) -> dict:
     hub.api("POST", "users", json={"usernames": names})
     for name in names:
         hub.start_server(name)
-    report = {"servers_ready_s": round(_wait(hub.server_ready, names, 900), 1)}
+    report = {"servers_ready_s": round(wait_until(hub.server_ready, names, 900), 1)}
     watcher = room_audit.Watcher(uids)
     watcher.start()
     report["server_only_mib"] = room_audit.memory_of(uids)
@@ -210,15 +117,20 @@ def rehearse(hub: Hub, accounts: list, options) -> dict:
     results = {name: {} for name in names}
     checks = hub_install.check_cells(options.lab)
     start = threading.Barrier(len(names))
-    threads = [threading.Thread(target=run_learner, args=(
+    threads = [threading.Thread(target=run_learner, daemon=True, args=(
         hub, name, options.lab, checks, start, options.cell_timeout, results[name]))
         for name in names]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    report["stopped"] = _wait_for_learners(threads, watcher, options.thrash_s)
+    if report["stopped"]:   # the machine ran out of memory: say so, and give it back
+        report.update(learners=_plain(results), peak_mib=watcher.peak,
+                      load_max=watcher.load_max, available_min_mib=watcher.available_min)
+        watcher.stop()
+        return report
     time.sleep(options.idle_s + 15)   # the helper stops after idle_s without a launch
     report["idle_mib"] = room_audit.memory_of(uids)
+    report["cpu_s"] = room_audit.cpu_seconds_of(uids)   # the server's too
     report["tmp_while_idle"] = {n: _listing(f"/tmp/course-{n}") for n in names}
     for name in names:
         results[name].pop("session").close()   # a graceful kernel shutdown
@@ -226,10 +138,11 @@ def rehearse(hub: Hub, accounts: list, options) -> dict:
     report["tmp_after_kernel"] = {n: _listing(f"/tmp/course-{n}") for n in names}
     for name in names:
         hub.stop_server(name)
-    report["servers_stopped_s"] = round(_wait(hub.server_stopped, names, 300), 1)
+    report["servers_stopped_s"] = round(wait_until(hub.server_stopped, names, 300), 1)
     room_audit.wait_gone(uids)
     watcher.stop()
-    report.update(learners=results, peak_mib=watcher.peak, load_max=watcher.load_max,
+    report.update(learners=_plain(results), peak_mib=watcher.peak,
+                  load_max=watcher.load_max,
                   available_min_mib=watcher.available_min, exposed=watcher.exposed(),
                   listeners=len(watcher.listeners),
                   shm_seen={n: sorted(v) for n, v in watcher.shm.items()},
@@ -239,74 +152,29 @@ def rehearse(hub: Hub, accounts: list, options) -> dict:
     return report
 
 
+def _wait_for_learners(threads: list, watcher, thrash_s: float) -> str:
+    """Wait for every learner; "" when all finished, else why the rehearsal stopped
+    (memory under room_audit.SHORT_MIB for ``thrash_s``: the machine thrashes, and a
+    shared one would thrash for everyone on it)."""
+    while any(thread.is_alive() for thread in threads):
+        if watcher.thrashing_for() > thrash_s:
+            return (f"stopped: less than {room_audit.SHORT_MIB} MiB of memory available "
+                    f"for {thrash_s:g} s (the machine thrashed)")
+        time.sleep(2.0)
+    return ""
+
+
+def _plain(results: dict) -> dict:
+    """The learners' results without their live sessions (for the JSON report)."""
+    return {name: {k: v for k, v in r.items() if k != "session"}
+            for name, r in results.items()}
+
+
 def _listing(folder: str) -> list:
     try:
         return sorted(os.listdir(folder))
     except OSError:
         return []
-
-
-# ---------------------------------------------------------------- the report
-
-def summarise(report: dict, options) -> dict:
-    """Add the figures the instructor guide quotes, and the verdict."""
-    learners = report["learners"]
-    seconds = [r["seconds"] for r in learners.values() if "seconds" in r]
-    errors = {n: r["errors"] for n, r in learners.items() if r["errors"]}
-    idle = [v["pss"] for v in report["idle_mib"].values()]
-    peak = [v["pss"] for v in report["peak_mib"].values()]
-    report["summary"] = {
-        "learners": len(learners), "lab": options.lab, "finished": len(seconds),
-        "median_s": round(statistics.median(seconds), 1) if seconds else None,
-        "max_s": max(seconds, default=None),
-        "idle_pss_mib_median": round(statistics.median(idle)),
-        "idle_pss_mib_max": round(max(idle)),
-        "idle_rss_mib_max": round(max(v["rss"] for v in report["idle_mib"].values())),
-        "peak_pss_mib_max": round(max(peak)),
-        "peak_rss_mib_max": round(max(v["rss"] for v in report["peak_mib"].values())),
-        "learners_with_errors": sorted(errors)}
-    # A learner's own `!torchrun` listens on every interface (torch has no option to
-    # bind it; lab 03 says so, the guide fences it): reported, not a labkit failure.
-    by_labkit = [e for e in report["exposed"] if e[3] != "torchrun typed by the learner"]
-    report["summary"]["exposed_by_labkit"] = by_labkit
-    report["summary"]["exposed_by_learners_torchrun"] = (len(report["exposed"])
-                                                         - len(by_labkit))
-    report["ok"] = not (errors or by_labkit or report["isolation"]
-                        or report["leftovers"] or len(seconds) < len(learners))
-    return report
-
-
-def print_report(report: dict) -> None:
-    s, m = report["summary"], report["machine"]
-    print(f"\n{s['learners']} learners, {s['lab']} (quick mode), on {m['cores']} cores, "
-          f"{m['memory_gib']:.1f} GiB; load before {m['load_before']:.1f}, max "
-          f"{report['load_max']:.1f}; memory available min "
-          f"{report['available_min_mib']:,.0f} MiB")
-    print(f"servers ready in {report['servers_ready_s']} s; finished {s['finished']}/"
-          f"{s['learners']}: median {s['median_s']} s, max {s['max_s']} s")
-    print(f"per learner, MiB: idle PSS median {s['idle_pss_mib_median']}, max "
-          f"{s['idle_pss_mib_max']} (RSS max {s['idle_rss_mib_max']}); peak PSS max "
-          f"{s['peak_pss_mib_max']} (RSS max {s['peak_rss_mib_max']})")
-    for name, result in sorted(report["learners"].items()):
-        for error in result["errors"]:
-            print(f"  {name} cell {error['cell']}: {error['error'][:300]}")
-    print(f"listening sockets seen: {report['listeners']}; beyond loopback, by labkit "
-          f"or a kernel: {s['exposed_by_labkit'] or 'none'}; by learners' own "
-          f"torchrun (lab 03's `!torchrun` cell): {s['exposed_by_learners_torchrun']}")
-    print(f"isolation problems: {report['isolation'] or 'none'}")
-    print(f"left in a learner's temp folder after a graceful kernel shutdown: "
-          f"{sorted({e for v in report['tmp_after_kernel'].values() for e in v})}")
-    print(f"left after the servers stopped: {report['leftovers'] or 'nothing'}")
-    print("OK" if report["ok"] else "FAILED")
-
-
-def _machine() -> dict:
-    import psutil
-
-    return {"cores": os.cpu_count(), "load_before": os.getloadavg()[0],
-            "memory_gib": psutil.virtual_memory().total / 2**30,
-            "available_before_mib": psutil.virtual_memory().available / 2**20,
-            "date": time.strftime("%Y-%m-%d %H:%M")}
 
 
 def main(argv=None) -> int:
@@ -316,6 +184,8 @@ def main(argv=None) -> int:
     parser.add_argument("--idle-s", type=float, default=60.0,
                         help="the launcher helper's idle time (LABKIT_HELPER_IDLE_S)")
     parser.add_argument("--cell-timeout", type=float, default=900.0)
+    parser.add_argument("--thrash-s", type=float, default=300.0,
+                        help="stop when memory stays under 512 MiB this long")
     parser.add_argument("--report", type=Path)
     options = parser.parse_args(argv)
     if os.geteuid() != 0:
@@ -323,7 +193,7 @@ def main(argv=None) -> int:
     install = hub_install.install()
     environment = {"LABKIT_QUICK": "1", "LABKIT_OFFLINE": "1",
                    "LABKIT_HELPER_IDLE_S": f"{options.idle_s:g}"}
-    machine = _machine()
+    machine = rehearsal_report.machine()
     accounts = make_users(options.learners)
     try:
         with running_hub(install, environment) as hub:
@@ -332,10 +202,10 @@ def main(argv=None) -> int:
         for account in accounts:
             remove_user(account.pw_name)
     report["machine"] = machine
-    summarise(report, options)
+    rehearsal_report.summarise(report, options)
     path = options.report or install.build / f"report-K{options.learners}.json"
     path.write_text(json.dumps(report, indent=1, default=str))
-    print_report(report)
+    rehearsal_report.print_report(report)
     print(f"report: {path}")
     return 0 if report["ok"] else 1
 

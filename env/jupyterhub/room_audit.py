@@ -16,11 +16,12 @@ import time
 
 import psutil
 
-__all__ = ["Watcher", "memory_of", "isolation_problems", "wait_gone", "leftovers",
-           "MiB"]
+__all__ = ["Watcher", "memory_of", "cpu_seconds_of", "isolation_problems",
+           "wait_gone", "leftovers", "MiB"]
 
 MiB = 2**20
 SHARED_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")
+SHORT_MIB = 512   # less available than this, and the machine evicts running code
 
 
 def _is_loopback(ip: str) -> bool:
@@ -47,6 +48,25 @@ def memory_of(uids: dict) -> dict:
         total["pss"] += info.pss / MiB
         total["uss"] += info.uss / MiB
         total["processes"] += 1
+    return totals
+
+
+def cpu_seconds_of(uids: dict) -> dict:
+    """Per learner: CPU seconds (user + system) their processes used, with every
+    process they started and waited for (ranks, torchrun: reaped, still counted).
+    Unlike wall time, it hardly depends on how crowded the machine was."""
+    by_uid = {uid: name for name, uid in uids.items()}
+    totals = {name: 0.0 for name in uids}
+    for process in psutil.process_iter(["uids"]):
+        name = by_uid.get(process.info["uids"].real if process.info["uids"] else None)
+        if name is None:
+            continue
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        totals[name] += (times.user + times.system + times.children_user
+                         + times.children_system)
     return totals
 
 
@@ -86,6 +106,7 @@ class Watcher(threading.Thread):
         self.uids, self.every, self.done = uids, every, threading.Event()
         self.peak = {name: {"rss": 0.0, "pss": 0.0} for name in uids}
         self.load_max, self.available_min = 0.0, float("inf")
+        self.short_since = None   # since when memory has stayed under SHORT_MIB
         self.listeners, self.shm, self.tmp = set(), {}, {}
 
     def run(self) -> None:
@@ -97,8 +118,12 @@ class Watcher(threading.Thread):
             for key in ("rss", "pss"):
                 self.peak[name][key] = max(self.peak[name][key], used[key])
         self.load_max = max(self.load_max, os.getloadavg()[0])
-        self.available_min = min(self.available_min,
-                                 psutil.virtual_memory().available / MiB)
+        available = psutil.virtual_memory().available / MiB
+        self.available_min = min(self.available_min, available)
+        if available >= SHORT_MIB:
+            self.short_since = None
+        elif self.short_since is None:
+            self.short_since = time.monotonic()
         self._sample_sockets()
         names = {uid: name for name, uid in self.uids.items()}
         for folder, seen in (("/dev/shm", self.shm), ("/tmp", self.tmp)):
@@ -117,6 +142,10 @@ class Watcher(threading.Thread):
                 continue
             if uid in by_uid:
                 self.listeners.add((by_uid[uid], conn.laddr.ip, conn.laddr.port, origin))
+
+    def thrashing_for(self) -> float:
+        """Seconds memory has stayed under SHORT_MIB (0: it has not)."""
+        return 0.0 if self.short_since is None else time.monotonic() - self.short_since
 
     def exposed(self) -> list:
         """Learners' listening sockets bound beyond loopback, with their origin."""
