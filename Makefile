@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Jupyter refuses to start as root unless told; containers and CI run as root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab test labs bench book clean
+.PHONY: lab test labs bench book rehearse-hub clean
 
 # The runtime and the labs' rooms (labkit), and the course tooling (coursetools, in
 # tooling/: build-labs, i18n, the book, times), both editable; the learner image
@@ -54,6 +54,13 @@ bench: $(STAMP)
 	$(BIN)/labkit data prepare
 	for name in $$($(BIN)/python -c "from labkit.labs import BENCHMARKS; print(*BENCHMARKS)"); do \
 		$(BIN)/labkit bench $$name || exit 1; done
+
+# A classroom rehearsed on this machine, as root: K learners on a real JupyterHub run
+# lab 03 at once (env/jupyterhub/rehearse.py; report in build/hub/report-K<K>.json).
+K ?= 16
+rehearse-hub: $(STAMP)
+	$(BIN)/labkit data prepare
+	$(BIN)/python env/jupyterhub/rehearse.py --learners $(K)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -12,6 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("LABKIT_QUICK", "1")
 os.environ.setdefault("LABKIT_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "agg")
+# The launcher's helper stays up for the whole run: tests that count processes must
+# not see it stop after a minute idle (tests/runtime/test_crowding.py tests that on purpose).
+os.environ.setdefault("LABKIT_HELPER_IDLE_S", "0")
 
 
 def _shipped_raw() -> Path:
