@@ -61,7 +61,8 @@ class MachineLoad:
     @property
     def overloaded(self) -> bool:
         """Too many runnable processes per core, or too little memory left."""
-        low = self.available_bytes is not None and self.available_bytes < LOW_MEMORY_BYTES
+        free = self.available_bytes
+        low = free is not None and free < LOW_MEMORY_BYTES
         return self.load > BUSY_LOAD_PER_CORE * self.cores or low
 
     def describe(self) -> str:
@@ -88,7 +89,8 @@ def overload_note() -> str:
         return ""
     return _(" This machine is overloaded right now ({machine}): if your code looks "
              "right, the machine may just have been too slow. Run the cell again when "
-             "it is quieter, or take the reference line.").format(machine=machine.describe())
+             "it is quieter, or take the reference line.").format(
+                 machine=machine.describe())
 
 
 # ---------------------------------------------------------------- before a launch
@@ -146,7 +148,8 @@ def _check_cores(world_size: int, threads_per_rank: int, device: str) -> None:
             "or {override}.").format(
                 ranks=world_size, device=device.upper(), threads=threads_per_rank,
                 cores=cores, limit=RANKS_PER_CORE * cores, per_core=RANKS_PER_CORE,
-                most=RANKS_PER_CORE * cores // threads_per_rank, override=_override_advice()))
+                most=RANKS_PER_CORE * cores // threads_per_rank,
+                override=_override_advice()))
 
 
 def _override_advice() -> str:
@@ -207,7 +210,8 @@ def patience(timeout: float) -> float:
     if factor > 1:
         print(_("[check] this machine is busy ({machine}): waiting up to {timeout:.0f} s "
                 "instead of {usual:g} s before calling anything a hang.").format(
-                    machine=machine.describe(), timeout=timeout * factor, usual=timeout),
+                    machine=machine.describe(), timeout=timeout * factor,
+                    usual=timeout),
               flush=True)
     return timeout * factor
 
@@ -215,7 +219,8 @@ def patience(timeout: float) -> float:
 def _say_if_busy() -> None:
     """Print once in a while that the machine is overloaded, with its numbers."""
     machine = now()
-    if not machine.overloaded or (_WARNED and time.monotonic() - _WARNED[0] < WARN_EVERY_S):
+    said_lately = _WARNED and time.monotonic() - _WARNED[0] < WARN_EVERY_S
+    if not machine.overloaded or said_lately:
         return
     _WARNED[:] = [time.monotonic()]
     print(_("[launch] this machine is busy ({machine}): launches run slower than usual "
@@ -223,7 +228,7 @@ def _say_if_busy() -> None:
             "not depend on speed.").format(machine=machine.describe()), flush=True)
 
 
-# ---------------------------------------------------------------- this learner's launches
+# ------------------------------------------------------------ this learner's launches
 
 def _claims_folder() -> Path:
     """Where this learner's running launches are noted: their own cache folder
@@ -236,7 +241,8 @@ def _claims_folder() -> Path:
 def _running_launches() -> list[dict]:
     """This learner's launches that are still running on this machine."""
     folder, found = _claims_folder(), []
-    for path in folder.glob(f"{socket.gethostname()}-*.json") if folder.is_dir() else []:
+    mine = f"{socket.gethostname()}-*.json"
+    for path in folder.glob(mine) if folder.is_dir() else []:
         try:
             claim_ = json.loads(path.read_text())
             alive = psutil.pid_exists(claim_["pid"])

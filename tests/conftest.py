@@ -55,7 +55,8 @@ def mnist_root(tmp_path) -> Path:
 # The longest files first: make test's workers take one file at a time in this
 # order (pytest-xdist --dist loadfile --no-loadscope-reorder), so that a file of many
 # minutes does not start last and leave one worker running alone at the end.
-LONGEST_FIRST = ["test_book.py", "test_reference_switch.py", "test_cluster.py"]
+LONGEST_FIRST = ["test_book.py", "test_hub.py", "test_reference_switch.py",
+                 "test_cluster.py"]
 
 
 def _longest_first(items) -> None:

@@ -141,7 +141,7 @@ def check_cells(lab: str) -> set:
     """The indices of ``lab``'s check cells (from its solution, as the tests do)."""
     import nbformat
 
-    from labkit import course
+    from coursetools import notebooks
 
     solution = nbformat.read(ROOT / "solutions" / lab, as_version=4)
-    return {exercise["check_cell"] for exercise in course.exercises(solution, lab)}
+    return {exercise["check_cell"] for exercise in notebooks.exercises(solution, lab)}

@@ -36,7 +36,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parents[1])]
+# this folder's modules, then this checkout's labkit and coursetools (tooling/)
+sys.path[:0] = [str(HERE), str(HERE.parents[1]), str(HERE.parents[1] / "tooling")]
 
 import hub_install  # noqa: E402  (this folder's modules, after the path is set)
 import rehearsal_report  # noqa: E402
