@@ -87,11 +87,13 @@ def start() -> None:
                 _STATE["stopped_idle"] = False
             if _STATE["folder"]:
                 shutil.rmtree(_STATE["folder"], ignore_errors=True)
-            _STATE["folder"] = tempfile.mkdtemp(prefix="labkit-helper-")
-        folder = _STATE["folder"]
-        _with_environment({**NVML_CHECK, "TMPDIR": folder, FOLDER_ENV: folder,
-                           "TORCHINDUCTOR_CACHE_DIR": os.path.join(folder, "inductor")},
-                          forkserver.ensure_running)   # returns at once if it is up
+            folder = _STATE["folder"] = tempfile.mkdtemp(prefix="labkit-helper-")
+            _with_environment(
+                {**NVML_CHECK, "TMPDIR": folder, FOLDER_ENV: folder,
+                 "TORCHINDUCTOR_CACHE_DIR": os.path.join(folder, "inductor")},
+                forkserver.ensure_running)
+        # else it is up: started here, or by multiprocessing itself for a Process of
+        # the forkserver context (lab 09's kill_during_save), without a folder of ours
         if not _STATE["launches"]:
             _arm_timer()   # warmed up ahead of a launch that may never come
 

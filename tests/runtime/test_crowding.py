@@ -99,6 +99,15 @@ def test_the_helper_stops_when_idle_and_comes_back_saying_so(monkeypatch, capsys
 # ---------------------------------------------------------------- a crowded machine
 
 
+def test_a_helper_started_by_multiprocessing_itself_serves_launches():
+    """When a forkserver Process (lab 09's kill_during_save) started the helper
+    before any launch did, does the next launch use it (no folder of labkit's)?"""
+    _forkserver.stop()
+    _forkserver.context().Process(target=time.sleep, args=(0,)).start()
+    assert _forkserver._running() and _forkserver._STATE["folder"] is None
+    assert launch.run(sleep_then_return, 2, args=(0,), backend="gloo") == [0, 1]
+
+
 def test_the_learners_rank_cap_counts_their_other_launches(monkeypatch, tmp_path):
     """With LABKIT_MAX_RANKS=3, is a 2-rank launch refused while another 2-rank
     launch of the same learner runs, and allowed once it ended?"""
