@@ -103,9 +103,12 @@ def test_a_helper_started_by_multiprocessing_itself_serves_launches():
     """When a forkserver Process (lab 09's kill_during_save) started the helper
     before any launch did, does the next launch use it (no folder of labkit's)?"""
     _forkserver.stop()
-    _forkserver.context().Process(target=time.sleep, args=(0,)).start()
-    assert _forkserver._running() and _forkserver._STATE["folder"] is None
-    assert launch.run(sleep_then_return, 2, args=(0,), backend="gloo") == [0, 1]
+    try:
+        _forkserver.context().Process(target=time.sleep, args=(0,)).start()
+        assert _forkserver._running() and _forkserver._STATE["folder"] is None
+        assert launch.run(sleep_then_return, 2, args=(0,), backend="gloo") == [0, 1]
+    finally:   # the next tests want labkit's own helper (NVML check, its folder)
+        _forkserver.stop()
 
 
 def test_the_learners_rank_cap_counts_their_other_launches(monkeypatch, tmp_path):
