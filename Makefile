@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Jupyter refuses to start as root unless told; containers and CI run as root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab test labs bench book clean
+.PHONY: lab test labs bench book rehearse-hub clean
 
 # Where the packages come from. pip reads its own variables from the environment:
 #   make lab PIP_INDEX_URL=https://pypi.tuna.tsinghua.edu.cn/simple   (a PyPI mirror)
@@ -67,6 +67,14 @@ bench: $(STAMP)
 	$(BIN)/labkit data prepare
 	for name in $$($(BIN)/python -c "from labkit.labs import BENCHMARKS; print(*BENCHMARKS)"); do \
 		$(BIN)/labkit bench $$name || exit 1; done
+
+# A classroom rehearsed on this machine, as root: K learners on a real JupyterHub run
+# lab 03 at once (env/jupyterhub/rehearse.py; report in build/hub/report-K<K>.json).
+# K: the learners this machine will hold on the day (CI runs K=2: tests/course/test_hub.py).
+K ?= 8
+rehearse-hub: $(STAMP)
+	$(BIN)/labkit data prepare
+	$(BIN)/python env/jupyterhub/rehearse.py --learners $(K)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

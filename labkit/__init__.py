@@ -7,8 +7,10 @@ docstring where it is taught:
   machine has, the backend choice: lab 00), ``messages`` (the learner's language);
 - the single-device baseline: ``data``, ``models``, ``train`` (lab 01), ``estimate``
   (memory and all-reduce estimates: labs 00, 04);
-- launching ranks: ``launch`` (lab 03 and every lab after it), ``_spawn`` (its
-  forkserver), ``cluster`` and ``multinode`` (real nodes on one machine, as root:
+- launching ranks: ``launch`` (lab 03 and every lab after it), ``_spawn`` and
+  ``_forkserver`` (the helper ranks fork from), ``crowding`` (launch limits on a
+  machine a room of learners shares), ``privacy`` (a job kept to loopback and its own
+  temp folder), ``cluster`` and ``multinode`` (real nodes on one machine, as root:
   labs 03, 06, 09);
 - cutting a model: ``pipeline`` (schedule tables and the bubble), ``stages`` (a model
   split over ranks), ``p2p`` (send/recv under a deadline), ``nccl_order`` (would

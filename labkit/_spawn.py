@@ -1,9 +1,9 @@
 """Start, watch and stop the rank processes behind ``launch.run`` (the plumbing).
 
-Ranks are started by a ``forkserver``: one helper process that imports torch once and
-forks a fresh rank per request. It never touches CUDA, so its forks are CUDA-safe,
-and it lives until the Python that started it exits. Each rank gets two pipes: one
-for its result (or traceback), one on which the parent releases it when all are done.
+Ranks are started by a ``forkserver`` (``_forkserver``): one helper process that
+imports torch once and forks a fresh rank per request. It never touches CUDA, so its
+forks are CUDA-safe. Each rank gets two pipes: one for its result (or traceback), one
+on which the parent releases it when all are done.
 
 Ranks are *not* daemonic, so a worker may start children of its own (``DataLoader``
 workers). In exchange, nothing a rank starts may outlive it: ``stop`` ends each rank's
@@ -20,6 +20,7 @@ import os
 import pickle
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import traceback
@@ -30,24 +31,13 @@ import psutil
 import torch
 import torch.distributed as dist
 
-from labkit import hardware
+from labkit import _forkserver, hardware
 from labkit.messages import _
 
 __all__ = ["RankContext", "RankSpec", "Rank", "RANK_ENV", "import_worker",
-           "classify", "start_rank", "stop", "start_server", "stack_of",
-           "descendants", "kill_all", "stop_tree", "pin_device", "init_group"]
+           "classify", "start_rank", "stop", "stack_of", "descendants", "kill_all",
+           "stop_tree", "pin_device", "init_group"]
 
-# Imported once by the forkserver, so each rank starts with them already loaded.
-# torch._dynamo is what the first DistributedDataParallel(...) imports (about 2-3 s
-# per rank per launch otherwise); importing it leaves the server single-threaded.
-# torchvision is what labkit.data reads MNIST with (imported there only when used:
-# about 1 s per rank otherwise). None of them queries
-# CUDA (tests/test_launch.py checks it), and the server runs with NVML_CHECK set, so
-# that a later ``torch.cuda.is_available()`` there would ask NVML, not the CUDA driver:
-# a process whose CUDA driver was initialised cannot fork ranks that use CUDA.
-PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "torchvision", "labkit.launch",
-           "labkit.data"]
-NVML_CHECK = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 STOP_S = 5.0   # seconds a rank gets to exit before it is killed
 RANK_ENV = "LABKIT_RANK"   # set inside every launched rank (labkit.data reads it)
 STACK_SIGNAL = signal.SIGUSR1
@@ -223,6 +213,7 @@ def rank_main(spec: RankSpec, rank: int, results, control) -> None:
     os.environ.clear()
     os.environ.update(spec.environ)   # the parent's environment now, not the server's
     os.environ[RANK_ENV] = str(rank)
+    tempfile.tempdir = None   # read TMPDIR again: this launch's folder, not the helper's
     # torch read TORCH_DISTRIBUTED_DEBUG when the forkserver imported it: read it again
     dist.set_debug_level_from_env()
     stacks = open(os.path.join(spec.stack_folder, f"rank{rank}.stacks"), "w")
@@ -243,42 +234,6 @@ def rank_main(spec: RankSpec, rank: int, results, control) -> None:
 
 # ---------------------------------------------------------------- in the parent
 
-def _context():
-    """Return a start method safe with CUDA: forkserver (preloaded), else spawn.
-
-    ``LABKIT_START_METHOD=spawn`` forces a fresh interpreter per rank (slower).
-    """
-    method = os.environ.get("LABKIT_START_METHOD", "forkserver")
-    if method not in multiprocessing.get_all_start_methods() or method == "fork":
-        method = "spawn"   # never fork the notebook: it may have touched CUDA
-    context = multiprocessing.get_context(method)
-    if method == "forkserver":
-        context.set_forkserver_preload(PRELOAD)
-    return context
-
-
-def start_server() -> None:
-    """Start the forkserver now, with ``NVML_CHECK`` set; it imports ``PRELOAD``.
-
-    The server copies this process's environment when it starts, so the variables
-    are set just for that moment; ranks get the parent's environment of each launch.
-    """
-    context = _context()
-    if context.get_start_method() != "forkserver":
-        return
-    from multiprocessing import forkserver
-    saved = {name: os.environ.get(name) for name in NVML_CHECK}
-    os.environ.update(NVML_CHECK)
-    try:
-        forkserver.ensure_running()
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 @dataclass
 class Rank:
     """The parent's handles on one rank."""
@@ -291,8 +246,8 @@ class Rank:
 
 def start_rank(spec: RankSpec, rank: int) -> Rank:
     """Start one rank, with a pipe for its result and one to release it."""
-    start_server()   # already running: returns at once
-    context = _context()
+    _forkserver.start()   # already running: returns at once
+    context = _forkserver.context()
     results_in, results_out = context.Pipe(duplex=False)
     control_in, control_out = context.Pipe(duplex=False)
     # Not daemonic: a rank may start DataLoader workers (daemonic processes may not

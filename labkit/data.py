@@ -115,8 +115,16 @@ def _locked(raw: Path):
     Ranks, two notebooks, or two learners sharing a data folder then never unpack
     the same file at once; the second finds the work done.
     """
-    raw.mkdir(parents=True, exist_ok=True)
-    with open(raw / ".prepare.lock", "w") as lock:
+    try:
+        raw.mkdir(parents=True, exist_ok=True)
+        lock = open(raw / ".prepare.lock", "w")
+    except PermissionError:   # a shared, read-only folder that was never prepared
+        raise DataError(_(
+            "MNIST in {folder} is not ready (some files are missing or still packed), "
+            "and this folder is read-only for you. Whoever runs this server: run "
+            "`labkit data prepare --root {root}` once, then make it read-only.").format(
+                folder=raw, root=raw.parent.parent)) from None
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield

@@ -6,8 +6,11 @@ Taught in: lab 03 (DistributedDataParallel); every multi-process lab after it ca
 How a launch goes: small named pre-flight checks (worker importable, sizes sane,
 backend possible), then the ranks start from a helper process that has already
 imported torch (``forkserver``: never a fork of a process that touched CUDA), meet
-through a TCP store on a port the OS picked, run the worker, and send their result or
-traceback back through a pipe. The parent prints; ranks stay quiet.
+through a TCP store on a loopback port the OS picked, run the worker, and send their result or
+traceback back through a pipe. The parent prints; ranks stay quiet. Nothing of a
+launch listens beyond loopback, and its files live in a private folder removed at
+the end (``privacy``); on a machine a room shares, ``crowding`` says what a launch
+may take.
 """
 
 import datetime
@@ -16,15 +19,15 @@ import os
 import pickle
 import re
 import signal
+import socket
 import sys
 import tempfile
 import time
 from multiprocessing import connection
 
-import torch
 import torch.distributed as dist
 
-from labkit import _spawn, hardware
+from labkit import _forkserver, _spawn, crowding, hardware, privacy
 from labkit._spawn import RankContext
 from labkit.messages import N_, _
 
@@ -35,11 +38,6 @@ __all__ = ["RankContext", "LaunchError", "WorkerError", "CollectiveTimeout",
 _GRACE_S = 3.0
 # The whole launch may last this many collective timeouts unless told otherwise.
 DEADLINE_TIMEOUTS = 20
-# The size guard: CPU threads per usable core, and the memory one rank is counted at
-# (a rank forked from the preloaded helper shares torch's pages; one started with
-# spawn holds about 0.4 GiB of its own, plus its data and model).
-RANKS_PER_CORE = 4
-RANK_MEMORY_BYTES = 2**29
 
 
 class LaunchError(RuntimeError):
@@ -125,40 +123,6 @@ def _pickle_args(args: tuple) -> bytes:
             "numbers, strings and containers of them.").format(err=err)) from err
 
 
-def _check_capacity(setup: hardware.Setup, threads_per_rank: int,
-                    allow_oversubscription: bool) -> None:
-    """Refuse, before starting anything, a launch this machine cannot hold.
-
-    On a shared classroom server an absurd ``world_size`` would take every learner
-    down: all ranks' CPU threads (GPU ranks have some too) are capped at
-    ``RANKS_PER_CORE`` per usable core, and all ranks together must fit in the
-    memory available now.
-    """
-    if allow_oversubscription:
-        return
-    cores, ranks = hardware.cpu_count(), setup.world_size
-    override = _("pass allow_oversubscription=True to launch.run if you really mean it")
-    if ranks * threads_per_rank > RANKS_PER_CORE * cores:
-        raise LaunchError(_(
-            "{ranks} {device} rank(s) x {threads} CPU thread(s) on {cores} usable "
-            "core(s) is over the limit of {limit} threads ({per_core} per core) that "
-            "keeps this machine usable for everyone on it. Use world_size <= {most}, "
-            "or {override}.").format(
-                ranks=ranks, device=setup.device_type.upper(), threads=threads_per_rank,
-                cores=cores, limit=RANKS_PER_CORE * cores, per_core=RANKS_PER_CORE,
-                most=RANKS_PER_CORE * cores // threads_per_rank, override=override))
-    available = hardware.memory_available_bytes()
-    need = ranks * RANK_MEMORY_BYTES
-    if available is not None and need > available:
-        raise LaunchError(_(
-            "{ranks} rank(s) need about {need:.1f} GiB ({each:.1f} GiB each: torch, the "
-            "data, the model), but only {available:.1f} GiB of memory is available now. "
-            "Use world_size <= {most}, close other notebooks, or {override}.").format(
-                ranks=ranks, need=need / 2**30, each=RANK_MEMORY_BYTES / 2**30,
-                available=available / 2**30,
-                most=max(1, available // RANK_MEMORY_BYTES), override=override))
-
-
 # ---------------------------------------------------------------- reading the ranks
 
 def _receive(rank: _spawn.Rank, index: int):
@@ -197,7 +161,7 @@ def _rank_error(index: int, kind: str, text: str, finished: list[int],
             "the same collectives in the same order, on tensors of the same shape. All "
             "ranks were stopped. Traceback of rank {index}:\n{text}").format(
                 index=index, timeout=timeout, finished=finished or _("none"),
-                others=others or _("none"), text=text),
+                others=others or _("none"), text=text) + crowding.overload_note(),
             [r for r in range(world_size) if r not in finished])
     last = text.strip().splitlines()[-1]
     hint = ""
@@ -221,7 +185,7 @@ def _hang_error(finished: list[int], world_size: int,
         "finished: most likely they wait in a collective the finished ranks never "
         "called (or they are stuck in a loop). All ranks were stopped. If a rank "
         "really works that much longer than the others, pass a larger timeout=.").format(
-            stuck=stuck, waited=waited, finished=finished), stuck)
+            stuck=stuck, waited=waited, finished=finished) + crowding.overload_note(), stuck)
 
 
 def _peer_cause(ranks: list[_spawn.Rank], pending: list[int], index: int):
@@ -297,7 +261,8 @@ def _deadline_error(ranks: list[_spawn.Rank], results: dict,
         "never ends, or a rank waiting on something no other rank sends, looks like "
         "this. All ranks were stopped. If the work really takes longer, pass a larger "
         "deadline=.").format(deadline=deadline, stuck=stuck,
-                             finished=sorted(results) or _("none"), where=where), stuck)
+                             finished=sorted(results) or _("none"), where=where)
+        + crowding.overload_note(), stuck)
 
 
 # ---------------------------------------------------------------- the launch
@@ -374,7 +339,8 @@ def run(worker, world_size: int = 2, args: tuple = (), backend: str = "auto",
     the first one finished. ``deadline`` (s, default 20 x timeout) bounds the whole
     launch; every ``report_every`` s a line says where each unfinished rank is. Each
     rank, CPU or GPU, gets ``threads_per_rank`` CPU threads. A launch this machine
-    cannot hold is refused unless ``allow_oversubscription``.
+    cannot hold is refused unless ``allow_oversubscription``; one past the learner's
+    caps (``LABKIT_MAX_RANKS``, ``LABKIT_MAX_THREADS``, set by a hub) always is.
     """
     _check_worker(worker)
     _check_positive("timeout", timeout)
@@ -384,20 +350,25 @@ def run(worker, world_size: int = 2, args: tuple = (), backend: str = "auto",
     _check_positive("report_every", report_every)
     payload = _pickle_args(args)
     setup = _choose(world_size, backend)
-    _check_capacity(setup, threads_per_rank, allow_oversubscription)
-    store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True,
-                          wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=timeout))
+    try:
+        crowding.check_launch(world_size, threads_per_rank, setup.device_type,
+                              allow_oversubscription)
+    except crowding.LaunchRefused as refused:
+        raise LaunchError(str(refused)) from None
+    store = _loopback_store(world_size, timeout)
     name = f"{worker.__module__}.{worker.__qualname__}"
     hardware.record_choice("launch", setup, name)
     print(_("Launching {n} rank(s) of {name} ({backend}, rendezvous on "
-            "127.0.0.1:{port})").format(n=world_size, name=name, backend=setup.backend,
-                                        port=store.port))
+            "127.0.0.1:{port}, loopback only)").format(
+                n=world_size, name=name, backend=setup.backend, port=store.port))
     start, ranks, results = time.perf_counter(), [], None
-    with tempfile.TemporaryDirectory(prefix="labkit-launch-") as stack_folder:
+    # The launch's private folder (0700): rank stacks, and the ranks' TMPDIR and
+    # compile cache, all removed when the launch ends.
+    with tempfile.TemporaryDirectory(prefix="labkit-launch-") as folder, \
+            crowding.claim(world_size, threads_per_rank), _forkserver.in_use():
         spec = _spawn.RankSpec(worker.__module__, worker.__qualname__, payload, setup,
                                store.port, float(timeout), threads_per_rank,
-                               _rank_environment(), stack_folder)
+                               _rank_environment(folder), folder)
         try:
             for rank in range(world_size):
                 ranks.append(_spawn.start_rank(spec, rank))
@@ -409,20 +380,45 @@ def run(worker, world_size: int = 2, args: tuple = (), backend: str = "auto",
     return results
 
 
-def _rank_environment() -> dict:
+def _loopback_store(world_size: int, timeout: float) -> dist.TCPStore:
+    """The launch's rendezvous: a TCPStore that listens on 127.0.0.1 only.
+
+    Given a host and a port, TCPStore's server listens on every interface ("::")
+    whatever the host; on a classroom server anyone who reaches the machine could
+    then join a learner's job. A socket bound to loopback first, handed over as
+    ``master_listen_fd``, keeps it off the network (the OS still picks the port).
+    """
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(max(128, world_size))
+        store = dist.TCPStore("127.0.0.1", listener.getsockname()[1], world_size,
+                              is_master=True, wait_for_workers=False,
+                              timeout=datetime.timedelta(seconds=timeout),
+                              master_listen_fd=listener.fileno())
+    except BaseException:
+        listener.close()
+        raise
+    listener.detach()   # the store owns the socket now, and closes it
+    return store
+
+
+def _rank_environment(folder: str) -> dict:
     """The ranks' environment: this process's, with the learner's language fixed in it
-    (a rank started from labs/zh_CN/ speaks Chinese wherever its working folder is)."""
+    (a rank started from labs/zh_CN/ speaks Chinese wherever its working folder is),
+    its temp files in the launch's ``folder`` and its sockets on loopback."""
     from labkit.messages import language
 
-    return {**os.environ, "LABKIT_LANG": language()}
+    return {**os.environ, "LABKIT_LANG": language(), **privacy.job_environment(folder)}
 
 
 def warm_up() -> None:
     """Start the helper that preloads torch now, in the background (``run`` would).
 
-    Call it in a lab's setup cell: the first launch then finds torch imported.
+    Call it in a lab's setup cell: the first launch then finds torch imported. The
+    helper stops by itself after a minute without a launch (``LABKIT_HELPER_IDLE_S``).
     """
-    _spawn.start_server()
+    _forkserver.start()
 
 
 def _env_int(name: str) -> int:

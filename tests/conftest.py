@@ -12,6 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("LABKIT_QUICK", "1")
 os.environ.setdefault("LABKIT_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "agg")
+# The launcher's helper stays up for the whole run: tests that count processes must
+# not see it stop after a minute idle (tests/runtime/test_crowding.py tests that on purpose).
+os.environ.setdefault("LABKIT_HELPER_IDLE_S", "0")
 
 
 def _shipped_raw() -> Path:
@@ -52,7 +55,8 @@ def mnist_root(tmp_path) -> Path:
 # The longest files first: make test's workers take one file at a time in this
 # order (pytest-xdist --dist loadfile --no-loadscope-reorder), so that a file of many
 # minutes does not start last and leave one worker running alone at the end.
-LONGEST_FIRST = ["test_book.py", "test_reference_switch.py", "test_cluster.py"]
+LONGEST_FIRST = ["test_book.py", "test_hub.py", "test_reference_switch.py",
+                 "test_cluster.py"]
 
 
 def _longest_first(items) -> None:

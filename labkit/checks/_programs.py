@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from labkit import _spawn, launch
+from labkit import _spawn, crowding, launch
 from labkit.checks._core import ExerciseFailed
 from labkit.messages import N_, _
 
@@ -99,10 +99,12 @@ def launch_program(exercise: str, worker, world_size: int = 2, args: tuple = (),
     may turn a rank's traceback into the hint for a classic mistake (None: no idea).
     ``module`` names the learner's module when ``worker`` is a labkit harness that
     imports it in the rank. The backend is gloo unless given, so a check runs the
-    same on any machine.
+    same on any machine. On an overloaded machine the timeout is stretched
+    (``crowding.patience``): a check's verdict must not depend on the crowd.
     """
     filename = f"{module or worker.__module__}.py"
     kwargs.setdefault("backend", "gloo")
+    timeout = crowding.patience(timeout)   # a crowded machine is slow, not wrong
     try:
         return launch.run(worker, world_size, args=args, timeout=timeout, **kwargs)
     except launch.WorkerError as err:
@@ -126,7 +128,8 @@ def launch_program(exercise: str, worker, world_size: int = 2, args: tuple = (),
             "others: some rank called a collective (or send/recv) that the others "
             "never matched. {hint}").format(exercise=exercise, ranks=err.ranks,
                                             timeout=timeout,
-                                            hint=hang_hint).rstrip()) from None
+                                            hint=hang_hint).rstrip()
+            + crowding.overload_note()) from None   # the crowd may be the cause
 
 
 def first_difference(want: dict, got: dict, atol: float) -> tuple | None:
@@ -145,18 +148,31 @@ def first_difference(want: dict, got: dict, atol: float) -> tuple | None:
     return (extra[0], float("inf")) if extra else None
 
 
-def run_command(command: list, timeout: float, **kwargs) -> subprocess.CompletedProcess:
+def run_command(command: list, timeout: float, busy_extra: float = 0.0,
+                **kwargs) -> subprocess.CompletedProcess:
     """Run a command (e.g. torchrun) in a session of its own; capture its output.
 
+    If it is still running after ``timeout`` s while the machine is overloaded
+    (``crowding``), it gets up to ``busy_extra`` s more, and a line says so: a crowded
+    classroom server is slow, and a slow machine is no mistake of the learner's.
     On a timeout, an interrupt of the cell or any error, the command and every
     process below it are killed: torchrun's ranks never outlive the check. A timeout
-    raises
-    ``subprocess.TimeoutExpired`` as ``subprocess.run`` would.
+    raises ``subprocess.TimeoutExpired`` as ``subprocess.run`` would.
     """
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, start_new_session=True, **kwargs)
     try:
-        out, err = process.communicate(timeout=timeout)
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            busy = crowding.now()
+            if not (busy_extra > 0 and busy.overloaded):
+                raise
+            print(_("[check] still running after {timeout:g} s on a busy machine "
+                    "({machine}): waiting up to {extra:g} s more.").format(
+                        timeout=timeout, machine=busy.describe(), extra=busy_extra),
+                  flush=True)
+            out, err = process.communicate(timeout=busy_extra)
     except BaseException:   # TimeoutExpired, KeyboardInterrupt, ...
         _spawn.stop_tree(process)   # torchrun's ranks live in sessions of their own
         process.communicate()

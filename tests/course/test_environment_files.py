@@ -311,12 +311,47 @@ def test_tljh_gives_each_user_stable_gpus():
     assert len(set(gpus_for("bob", [0, 1, 2, 3], 2))) == 2
     assert gpus_for("carol", [], 1) == []
     assert gpus_for("dan", [0, 1], 1, {"dan": [1]}) == [1]
-    spawner = SimpleNamespace(user=SimpleNamespace(name="alice"), environment={},
-                              log=SimpleNamespace(info=lambda *args: None))
-    config.Spawner.pre_spawn_hook(spawner)
-    visible = spawner.environment["CUDA_VISIBLE_DEVICES"]
-    assert visible == ",".join(map(str, gpus_for("alice")))
+    pre_spawn, _post_stop = tljh["make_hooks"]([0, 1])
+    spawner = SimpleNamespace(user=SimpleNamespace(name="no-such-learner", id=7),
+                              environment={}, log=SimpleNamespace(info=lambda *a: None))
+    pre_spawn(spawner)
+    assert spawner.environment["CUDA_VISIBLE_DEVICES"] == ",".join(
+        map(str, gpus_for("no-such-learner", [0, 1])))
     assert config.Spawner.default_url == "/lab/tree/course/labs"
+    assert config.Spawner.environment.get_value({})["LABKIT_MAX_RANKS"] == "4"
+    assert config.SystemdSpawner.isolate_tmp is True
+
+
+@pytest.mark.parametrize("environ, found, want", [
+    ({}, 2, [0, 1]),                       # unset: every GPU the driver shows
+    ({"COURSE_GPUS": ""}, 2, []),          # CPU only
+    ({"COURSE_GPUS": "1"}, 2, [1]),
+    ({}, 0, []),
+])
+def test_tljh_course_gpus_come_from_the_machine(environ, found, want):
+    """Is COURSE_GPUS, when unset, every GPU found, and is a given set kept?"""
+    assert _tljh({})["course_gpus"](environ, found) == want
+
+
+@pytest.mark.parametrize("text, message", [
+    ("0,1,2,3", r"names GPU\(s\) \[2, 3\], but this machine has 2 GPU"),
+    ("zero", "give GPU indices such as"),
+])
+def test_tljh_refuses_gpus_the_machine_does_not_have(text, message):
+    """Does a COURSE_GPUS naming absent GPUs stop the hub with the reason?"""
+    with pytest.raises(ValueError, match=message):
+        _tljh({})["course_gpus"]({"COURSE_GPUS": text}, 2)
+
+
+def test_tljh_unix_name_follows_the_systemd_template():
+    """Is TLJH's system account (jupyter-<name>) the one the hooks look up?"""
+    from types import SimpleNamespace
+
+    unix_name = _tljh({})["unix_name"]
+    user = SimpleNamespace(name="ada", id=3)
+    assert unix_name(SimpleNamespace(user=user)) == "ada"
+    assert unix_name(SimpleNamespace(user=user, username_template="jupyter-{USERNAME}")
+                     ) == "jupyter-ada"
 
 
 def test_z2jh_profiles_ask_for_gpus_shm_and_culling():
@@ -333,6 +368,7 @@ def test_z2jh_profiles_ask_for_gpus_shm_and_culling():
                                                          "mountPath": "/dev/shm"}
     assert values["cull"]["enabled"] and values["cull"]["timeout"] <= 3600
     assert single["image"]["tag"] != "latest"
+    assert single["extraEnv"] == {"LABKIT_MAX_RANKS": "4", "LABKIT_MAX_THREADS": "4"}
 
 
 # ---------------------------------------------------------------- the GPU lane

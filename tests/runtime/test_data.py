@@ -52,6 +52,20 @@ def test_corrupt_file_is_an_md5_error(mnist_root):
         data.prepare(mnist_root, download=False)
 
 
+def test_a_read_only_folder_never_prepared_says_who_must_prepare_it(mnist_root,
+                                                                   monkeypatch):
+    """Shared read-only data with the files still packed: is that a DataError naming
+    the command, not a PermissionError from the lock file? (As root nothing is
+    read-only, so the folder's refusal is simulated.)"""
+    def read_only(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(data, "open", read_only, raising=False)
+    with pytest.raises(data.DataError, match=r"read-only for you.*labkit data prepare "
+                                             r"--root"):
+        data.prepare(mnist_root, download=False)
+
+
 def test_unreadable_unpacked_file(mnist_root):
     """Does a truncated unpacked file (gz intact) become a DataError?"""
     data.prepare(mnist_root, download=False)

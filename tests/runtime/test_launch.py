@@ -22,7 +22,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from labkit import launch
+from labkit import crowding, launch
 
 # ---------------------------------------------------------------- workers
 
@@ -529,8 +529,8 @@ for name in ("_cuda_getDeviceCount", "_cuda_init"):
     real = getattr(torch._C, name)
     setattr(torch._C, name, lambda *a, _real=real, _name=name: calls.append(_name)
             or _real(*a))
-from labkit import _spawn
-for module in _spawn.PRELOAD:
+from labkit import _forkserver
+for module in _forkserver.PRELOAD:
     importlib.import_module(module)
 print(calls, torch.cuda.is_initialized())
 """
@@ -755,7 +755,7 @@ def test_interrupting_a_kernel_stops_the_ranks(tmp_path):
 def test_absurd_world_size_is_refused_before_starting(server):
     """On a small machine, are 64 CPU ranks refused, naming the limit and override?"""
     before = _descendants()
-    limit = launch.RANKS_PER_CORE * launch.hardware.cpu_count()
+    limit = crowding.RANKS_PER_CORE * launch.hardware.cpu_count()
     with pytest.raises(launch.LaunchError,
                        match=f"over the limit of {limit} threads.*allow_oversubscription"):
         run_gloo(rank_and_sum, world_size=limit + 1, args=(0,))
@@ -765,13 +765,14 @@ def test_absurd_world_size_is_refused_before_starting(server):
 def test_ranks_beyond_memory_are_refused(monkeypatch, server):
     """Is a launch whose ranks would not fit in the memory available refused?"""
     monkeypatch.setattr(launch.hardware, "memory_available_bytes", lambda: 2**29)
+    monkeypatch.setenv("LABKIT_MEMORY_WAIT_S", "0")
     with pytest.raises(launch.LaunchError, match="only 0.5 GiB of memory is available"):
         run_gloo(rank_and_sum, world_size=2, args=(0,))
 
 
 def test_oversubscription_can_be_allowed_explicitly(monkeypatch):
     """With allow_oversubscription=True, does a launch over the limit run?"""
-    monkeypatch.setattr(launch, "RANKS_PER_CORE", 0.25)
+    monkeypatch.setattr(crowding, "RANKS_PER_CORE", 0.25)
     results = run_gloo(rank_and_sum, world_size=1, args=(0,),
                        allow_oversubscription=True)
     assert results[0]["sum"] == 0.0

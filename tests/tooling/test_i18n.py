@@ -486,7 +486,7 @@ def test_a_changed_message_is_a_problem(tmp_path):
     entry = po.find(template)
     entry.msgstr = "后端：{backend}，{n} 个 rank - {reason}"      # lost {device}
     po.remove(po.find("Launching {n} rank(s) of {name} ({backend}, rendezvous on "
-                      "127.0.0.1:{port})"))
+                      "127.0.0.1:{port}, loopback only)"))
     po.save()
     problems = [str(p) for p in i18n.runtime_problems("zh_CN", po_path)]
     assert len(problems) == 2, problems

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
-from labkit import data, models
+from labkit import crowding, data, models, privacy
 from labkit.checks._core import ExerciseFailed, attempt, passed
 from labkit.checks._reference import use_reference
 from labkit.checks._solved import has_passed, prerequisite, solved
@@ -664,25 +664,35 @@ def ddp_under_torchrun(path="ddp_script.py", worker_path="ddp_worker.py",
     prerequisite(worker_path)   # 3.3's worker, which the script imports: passed
     script = Path(path).resolve()
     unseen = _device_choices(name, load_program(script))
-    out = Path(tempfile.mkdtemp(prefix="labkit-torchrun-check-")) / "weights.pt"
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc-per-node=2", str(script), str(out), str(epochs), str(limit)]
+    crowding.wait_for_memory(3)   # torchrun's agent and 2 workers, each importing torch
+    timeout = crowding.patience(timeout)
+    folder = Path(tempfile.mkdtemp(prefix="labkit-torchrun-check-"))
+    out = folder / "weights.pt"
+    # torchrun's stores listen on every interface: in a network namespace of their
+    # own where the machine allows it, else with a line saying so (privacy.loopback_only)
+    torchrun, _fenced = privacy.loopback_only(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone",
+         "--local-addr=127.0.0.1",   # meet at loopback, not at the host name's address
+         "--nproc-per-node=2", str(script), str(out), str(epochs), str(limit)])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
-           "PYTHONPATH": os.pathsep.join([str(script.parent), *sys.path])}
+           "PYTHONPATH": os.pathsep.join([str(script.parent), *sys.path]),
+           **privacy.job_environment(str(folder))}   # torchelastic_* logs go there too
     try:
-        done = run_command(torchrun, timeout, env=env, cwd=script.parent)
+        done = run_command(torchrun, timeout, busy_extra=2 * timeout, env=env,
+                           cwd=script.parent)
     except subprocess.TimeoutExpired:
-        shutil.rmtree(out.parent, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
         raise ExerciseFailed(_("{name}: torchrun did not finish within {timeout:g} s: "
                                "a rank waits for another (init_process_group on every "
                                "rank? the same world size? one backend for the job?)."
-                               ).format(name=name, timeout=timeout)) from None
+                               ).format(name=name, timeout=timeout)
+                             + crowding.overload_note()) from None
     if done.returncode != 0 or not out.exists():
-        shutil.rmtree(out.parent, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
         raise ExerciseFailed(_("{name}: {failure}").format(
             name=name, failure=_torchrun_failure(done.stderr)))
     saved = torch.load(out, weights_only=True)
-    shutil.rmtree(out.parent)
+    shutil.rmtree(folder)
     weights = _weights_in(saved) or {}
     module = load_program(worker_path)
     want = one_process_reference(module.Config(epochs=epochs, limit=limit))

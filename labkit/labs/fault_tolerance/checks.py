@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from labkit import crowding
 from labkit.labs.fault_tolerance import durability, elastic, snapshots
 from labkit.checks._core import ExerciseFailed, attempt, passed
 from labkit.checks._reference import use_reference
@@ -425,6 +426,8 @@ def elastic_restart(path="elastic_train.py", snapshot_path="snapshot.py",
     prerequisite(snapshot_path)   # 9.1's snapshot functions, which it imports: passed
     module = load_program(path)
     _check_latest(name, module)
+    crowding.wait_for_memory(3)   # torchrun's agent and 2 workers, each importing torch
+    timeout = crowding.patience(timeout)
     folder = tempfile.mkdtemp(prefix="labkit-elastic-check-")
     Path(folder, f"step_{steps:06d}.pt.tmp").write_bytes(b"torn")   # a killed save
     try:
@@ -432,7 +435,8 @@ def elastic_restart(path="elastic_train.py", snapshot_path="snapshot.py",
                                          pause_at=KILL_AT, timeout=timeout)
         problem = (_("torchrun did not finish within {timeout:g} s: a rank waits for "
                      "another (does every rank call save_snapshot?).").format(
-                         timeout=timeout) if run.timed_out else None)
+                         timeout=timeout) + crowding.overload_note()
+                   if run.timed_out else None)   # the crowd may be the cause
         if not problem and run.killed is None:
             problem = _("the run ended before every rank reached step {kill_at} (exit "
                         "code {code}): {hint}").format(kill_at=KILL_AT,

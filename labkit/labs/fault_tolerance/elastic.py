@@ -11,9 +11,11 @@ rank, and waits for torchrun to restart the group and finish.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,9 +95,11 @@ class Run:
 
 
 def _command(script, args, nproc: int, max_restarts: int) -> list[str]:
+    # --local-addr: the workers meet at 127.0.0.1, not at the host name's address,
+    # which a network namespace with loopback alone cannot reach (privacy.loopback_only)
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc-per-node={nproc}", f"--max-restarts={max_restarts}",
-            str(script), *map(str, args)]
+            "--local-addr=127.0.0.1", f"--nproc-per-node={nproc}",
+            f"--max-restarts={max_restarts}", str(script), *map(str, args)]
 
 
 def _environment(script: Path, pause_at: int | None, extra: dict) -> dict:
@@ -147,12 +151,20 @@ def torchrun_with_kill(script, args=(), folder=".", nproc: int = 2,
     """
     script, folder = Path(script).resolve(), Path(folder)
     start, log_path = time.monotonic(), folder / "torchrun.log"
+    from labkit import privacy   # here: scripts import this module in their ranks
+
+    # Off the network where the OS allows (torchrun's stores bind every interface);
+    # its logs and temp files in a folder removed at the end, not in a new
+    # /tmp/torchelastic_* per run (nor among the run's snapshots in ``folder``).
+    command, _fenced = privacy.loopback_only(_command(script, args, nproc, max_restarts))
+    private_folder = tempfile.mkdtemp(prefix="labkit-torchrun-")
+    private = privacy.job_environment(private_folder)
     with open(log_path, "w") as log:
         process = subprocess.Popen(
-            _command(script, args, nproc, max_restarts), stdout=log,
-            stderr=subprocess.STDOUT, cwd=script.parent, start_new_session=True,
+            command, stdout=log, stderr=subprocess.STDOUT, cwd=script.parent,
+            start_new_session=True,
             env=_environment(script, pause_at if kill_rank is not None else None,
-                             env or {}))
+                             {**private, **(env or {})}))
     victim = kill_time = None
     timed_out = False
     try:
@@ -165,6 +177,7 @@ def torchrun_with_kill(script, args=(), folder=".", nproc: int = 2,
         timed_out = True
     finally:   # also on KeyboardInterrupt: nothing outlives the call
         _stop(process)
+        shutil.rmtree(private_folder, ignore_errors=True)
     return Run(process.returncode, log_path.read_text(), starts(folder), victim,
                kill_time, time.monotonic() - start, timed_out)
 
