@@ -65,8 +65,8 @@ def test_a_changed_english_part_turns_fuzzy_and_keeps_the_english(tmp_path,
                                                                   notebooks):
     catalog = tmp_path / "INSTRUCTORS.po"
     shutil.copy(CATALOG, catalog)
-    changed = ENGLISH.replace("Every launch picks its own free",
-                              "Each launch picks a free")
+    changed = ENGLISH.replace("is the guide: Kubernetes",
+                              "is the whole guide: Kubernetes")
     counts = guides.update(catalog, changed, "zh_CN")
     assert counts["fuzzy"] == 1 and counts["new"] == 0
     guide, problems = guides.translated_guide(changed, polib.pofile(str(catalog)),
@@ -74,7 +74,7 @@ def test_a_changed_english_part_turns_fuzzy_and_keeps_the_english(tmp_path,
                                               catalog)
     assert [p.cell for p in problems] == ["running-the-room 2"]
     assert "fuzzy" in str(problems[0]) and "INSTRUCTORS.md" in str(problems[0])
-    assert "Each launch picks a free" in guide        # the English, until translated
+    assert "is the whole guide: Kubernetes" in guide        # the English, until translated
     assert "## 组织课堂" in guide                      # the rest stays Chinese
 
 
