@@ -17,7 +17,7 @@ import os
 import re
 from pathlib import Path
 
-__all__ = ["DOMAIN", "CATALOGS", "language", "catalog_path", "_", "N_"]
+__all__ = ["DOMAIN", "CATALOGS", "language", "catalog_path", "_", "N_", "Said"]
 
 DOMAIN = "labkit"
 CATALOGS = Path(__file__).resolve().parent / "locale"   # package data
@@ -68,3 +68,15 @@ def N_(message: str) -> str:
     """Mark ``message`` for the catalog without translating it now (a constant that
     is translated where it is used, ``_(CONSTANT)``)."""
     return message
+
+
+class Said(str):
+    """A constant's text (a figure's source, a cluster's name) that prints in the
+    learner's language (``_`` at each use: ``print(link.source)``, an f-string), while
+    it compares and hashes as its English. Mark its literal ``N_`` for the catalog."""
+
+    def __str__(self) -> str:
+        return _(str.__str__(self))
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)

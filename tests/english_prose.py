@@ -13,6 +13,7 @@ the third-party text a lab shows on purpose (torch's own errors, as TERMINOLOGY.
 keeps them), each with its reason.
 """
 
+import bisect
 import re
 
 __all__ = ["ALLOWED", "KEPT_VERBATIM", "english_runs", "label_is_english",
@@ -58,6 +59,7 @@ KEPT_VERBATIM = [
     r"Additional properties are not allowed \(.*\)", r"'[^']*' is not of type '\w+'",
     # torch's own messages that lab 08's pitfalls print without their exception name
     r"\S+ is deprecated, use \S+ instead.*", r"c10d::\w+: an autograd kernel .*",
+    r"\bPSF License Agreement\b",      # a licence's name, as the PSF writes it (lab 10)
 ]
 # Lab 06's profiler labels (bottleneck.PHASES): the names its trace files carry, which
 # the learner looks up in Perfetto; kept as they are, like the operators' names.
@@ -117,9 +119,31 @@ def _repository_lines() -> frozenset:
 _KEPT_LINES = _repository_lines()
 
 
+def _corpus_lines() -> list:
+    """Lab 10's corpus, Python's own reference (pydoc_data.topics, English in both
+    editions): the lab prints its first lines and a sample of the GPT trained on it,
+    which begins with one of them. Sorted, to find a line cut short by bisection."""
+    from pydoc_data.topics import topics
+
+    return sorted({line.strip() for text in topics.values()
+                   for line in text.splitlines() if line.strip()})
+
+
+_CORPUS_LINES = _corpus_lines()
+
+
+def _is_corpus_line(line: str) -> bool:
+    """Is ``line`` a line of the corpus, or the start of one that a print cut short
+    (40 characters at least: a short line of prose could begin some line of it)?"""
+    line = line.strip()
+    at = bisect.bisect_left(_CORPUS_LINES, line)
+    found = _CORPUS_LINES[at] if at < len(_CORPUS_LINES) else ""
+    return bool(line) and (found == line or len(line) >= 40 and found.startswith(line))
+
+
 def _without_kept(text: str) -> str:
-    text = "\n".join(" 0 " if line.strip() in _KEPT_LINES else line
-                     for line in text.split("\n"))
+    text = "\n".join(" 0 " if line.strip() in _KEPT_LINES or _is_corpus_line(line)
+                     else line for line in text.split("\n"))
     text = _CODE_TUPLE.sub(" 0 ", _URL.sub(" 0 ", _SPAN.sub(" 0 ", text)))
     for pattern in KEPT_VERBATIM:
         text = re.sub(pattern, " 0 ", text)

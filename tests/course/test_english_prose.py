@@ -48,6 +48,19 @@ def test_code_names_terms_and_third_party_text_pass(text):
     assert ep.english_runs(text) == []
 
 
+def test_lab_10s_corpus_is_kept_as_python_writes_it():
+    """Lab 10 prints its corpus (Python's reference), cut short after 240 characters,
+    and a sample that starts with one of its lines: kept. A short line of prose that
+    merely begins a corpus line, or a sentence of the course's, is not."""
+    from pydoc_data.topics import topics
+
+    start = "\n\n".join(topics[name] for name in sorted(topics))[:240]
+    assert ep.english_runs(start) == []
+    assert ep.english_runs('The "while" statement\n') == []
+    assert ep.english_runs("pydoc_data.topics（PSF License Agreement）") == []
+    assert ep.english_runs("The object") and ep.english_runs("The ranks did not agree")
+
+
 def test_a_label_is_english_with_one_word_when_it_has_no_chinese():
     """A figure's or a widget's label: "measured" alone is English, "实测" or a name
     is not."""

@@ -12,13 +12,14 @@ import sys
 
 import torch
 
-from labkit.messages import _
+from labkit.messages import N_, Said, _
 
 __all__ = ["VOCAB_SIZE", "LICENCE", "text", "tokens", "split", "batches", "decode",
            "python_version"]
 
 VOCAB_SIZE = 256   # one token per byte value
-LICENCE = "PSF License Agreement (CPython's Lib/pydoc_data/topics.py)"
+# Said: it prints in the learner's language; the licence's own name stays English.
+LICENCE = Said(N_("PSF License Agreement (CPython's Lib/pydoc_data/topics.py)"))
 
 
 def text() -> str:

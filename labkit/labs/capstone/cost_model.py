@@ -20,7 +20,7 @@ from labkit.labs.capstone.cost_models import (
     all_reduce_seconds,
     p2p_seconds,
 )
-from labkit.messages import N_
+from labkit.messages import N_, Said
 
 __all__ = ["Cluster", "H200_NODE", "params_per_rank", "state_bytes",
            "activation_bytes", "messages", "predict_step"]
@@ -42,9 +42,11 @@ class Cluster:
 
 # NVLink 4 is the H100's and the H200's (900 GB/s in all, 450 each way): the
 # planner's link, with its sources (cost_models.NVLINK_H100; lab 08 uses the same).
-H200_NODE = Cluster("one node of 8 x H200, NVLink 4", 989e12, NVLINK_H100, 0.4, 2, N_(
-    "989 TFLOP/s dense bf16 (NVIDIA H200 datasheet); 40 % of it is an ASSUMPTION; "
-    "bf16 activations and gradients (2 bytes)"))
+# Said: the name and the source print in the learner's language (a Chinese run).
+H200_NODE = Cluster(Said(N_("one node of 8 x H200, NVLink 4")), 989e12, NVLINK_H100, 0.4,
+                    2, Said(N_("989 TFLOP/s dense bf16 (NVIDIA H200 datasheet); 40 % of "
+                               "it is an ASSUMPTION; bf16 activations and gradients "
+                               "(2 bytes)")))
 
 
 def _block_params(width: int) -> tuple:

@@ -15,7 +15,7 @@ Units: seconds, bytes, bytes/s (1 GB/s = 1e9 bytes/s), FLOP/s.
 import dataclasses
 from dataclasses import dataclass
 
-from labkit.messages import N_, _
+from labkit.messages import N_, Said, _
 
 __all__ = ["Link", "Device", "Layers", "LINKS", "DEVICES", "GPT3", "SPLITS",
            "transformer", "layer_seconds", "request_seconds", "fit_link"]
@@ -152,21 +152,10 @@ def fit_link(nbytes: list, seconds: list, name: str, source: str = "") -> Link:
 # ---------------------------------------------------------------- published figures
 
 
-class _Said(str):
-    """A ``source`` text that prints in the learner's language (``_`` at each use:
-    ``print(link.source)``, an f-string); compared and hashed as its English."""
-
-    def __str__(self) -> str:
-        return _(str.__str__(self))
-
-    def __format__(self, spec: str) -> str:
-        return format(str(self), spec)
-
-
-_A100 = _Said(N_("NVIDIA A100 datasheet: 80 GB SXM4, HBM2e 2,039 GB/s, 312 TFLOP/s "
-                 "dense bf16/fp16 (nvidia-smi: 81,920 MiB)"))
-_H200 = _Said(N_("NVIDIA H200 datasheet: HBM3e 4.8 TB/s, 989 TFLOP/s dense bf16, "
-                 "141 GB"))
+_A100 = Said(N_("NVIDIA A100 datasheet: 80 GB SXM4, HBM2e 2,039 GB/s, 312 TFLOP/s "
+                "dense bf16/fp16 (nvidia-smi: 81,920 MiB)"))
+_H200 = Said(N_("NVIDIA H200 datasheet: HBM3e 4.8 TB/s, 989 TFLOP/s dense bf16, "
+                "141 GB"))
 DEVICES = {
     "A100 80GB": Device("A100 80GB", 2.039e12, 312e12, 80 * 2**30, _A100),
     "H200": Device("H200", 4.8e12, 989e12, 141e9, _H200),
@@ -174,17 +163,17 @@ DEVICES = {
 
 LINKS = {
     "NVLink 3 (DGX A100)": Link(
-        "NVLink 3 (DGX A100)", 10e-6, 200e9, _Said(N_(
+        "NVLink 3 (DGX A100)", 10e-6, 200e9, Said(N_(
             "alpha: NCCL all-reduce of 32 B on 2 A100-SXM4 took 10.1 us "
             "(NVIDIA/nccl#583); beta: 8 A100 all_reduce_perf bus bandwidth ~200 GB/s "
             "(NVIDIA/nccl-tests#149); line rate 300 GB/s each way"))),
     "NVLink 4 (H100/H200)": Link(
-        "NVLink 4 (H100/H200)", 6e-6, 370e9, _Said(N_(
+        "NVLink 4 (H100/H200)", 6e-6, 370e9, Said(N_(
             "alpha: ~6 us all-reduce on 2 H100 with NVLink SHARP (NVIDIA/nccl#1259); "
             "beta: NCCL's effective NVLink bandwidth ~370 GB/s of the 450 GB/s line "
             "rate (NVIDIA/nccl-tests#212)"))),
     "InfiniBand HDR (between DGX A100)": Link(
-        "InfiniBand HDR (between DGX A100)", 20e-6, 25e9, _Said(N_(
+        "InfiniBand HDR (between DGX A100)", 20e-6, 25e9, Said(N_(
             "beta: 200 Gbit/s = 25 GB/s per GPU (one HDR NIC per GPU in a DGX A100), "
             "line rate; alpha: an ASSUMPTION of the usual order (tens of us between "
             "nodes), not a measurement"))),
