@@ -8,13 +8,14 @@ answers the lab-00 exercises are checked against.
 import torch
 import torch.nn.functional as F
 
-from labkit.messages import _
+from labkit.messages import N_, _
 
 __all__ = [
     "training_memory_bytes",
     "ring_allreduce_bytes",
     "allreduce_seconds",
     "measure_training_bytes",
+    "kind_name",
     "GBIT_ETHERNET",
 ]
 
@@ -112,3 +113,16 @@ def measure_training_bytes(model, images, labels) -> dict[str, int]:
         "adam states": _nbytes(states),
         "activations": sum(activations),
     }
+
+
+# The kinds measure_training_bytes counts; the keys stay English (code compares them).
+_KIND_NAMES = {"weights": N_("weights"), "gradients": N_("gradients"),
+               "adam states": N_("Adam states"), "activations": N_("activations")}
+
+
+def kind_name(kind: str) -> str:
+    """The name of a kind ``measure_training_bytes`` counts, in the learner's language.
+
+    Taught in: lab 00 (the bytes of one training step, printed by kind).
+    """
+    return _(_KIND_NAMES.get(kind, kind))
