@@ -21,7 +21,9 @@ from hub_client import Hub
 __all__ = ["PREFIX", "make_users", "remove_user", "running_hub", "wait_until"]
 
 HERE = Path(__file__).resolve().parent
-PREFIX = "lkr"   # the rehearsal's system users: lkr01, lkr02, ...
+# The rehearsal's system users: lkr01, lkr02, ...; LABKIT_HUB_USERS gives another
+# prefix, so that two rehearsals on one machine (two test runs) never share a user.
+PREFIX = os.environ.get("LABKIT_HUB_USERS", "lkr")
 
 
 def _free_port() -> int:

@@ -52,6 +52,7 @@ def rehearsal(tmp_path_factory):
         (pytest.fail if REQUIRE else pytest.skip)(f"JupyterHub rehearsal {reason}")
     report = tmp_path_factory.mktemp("hub") / "report.json"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["LABKIT_HUB_USERS"] = f"lkt{os.getpid()}u"   # users of this run only
     done = subprocess.run(
         [sys.executable, str(REHEARSE), "--learners", str(LEARNERS), "--idle-s", "20",
          "--report", str(report)], capture_output=True, text=True,
