@@ -11,7 +11,8 @@ project = {"en": "Multi-GPU training with PyTorch",
 language = LANG   # for zh_CN, Sphinx's search splits Chinese words with jieba
 author = "the course's authors"
 extensions = ["myst_nb"]
-exclude_patterns = ["_build", "**.ipynb_checkpoints", "INSTRUCTORS.md"]
+exclude_patterns = ["_build", "**.ipynb_checkpoints", "INSTRUCTORS.md",
+                    "INSTRUCTORS.*.md"]   # included by instructors.md, not pages
 myst_heading_anchors = 4
 myst_enable_extensions = ["colon_fence"]
 

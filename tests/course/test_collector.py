@@ -13,6 +13,12 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _copy_conftest(folder) -> None:
+    """Put the project's conftest in ``folder``, with the test modules it imports."""
+    for name in ("conftest.py", "chinese_outputs.py", "english_prose.py"):
+        shutil.copy(ROOT / "tests" / name, folder / name)
 FOUND = torch.cuda.device_count()
 
 
@@ -37,7 +43,7 @@ def _gpu_check():
 @pytest.fixture
 def notebooks(tmp_path) -> Path:
     """A folder with the project's conftest and three tiny notebooks."""
-    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
+    _copy_conftest(tmp_path)
     boom = "raise RuntimeError('this cell must have been skipped')"
     _notebook(tmp_path / "needs_more.ipynb", boom, min_gpus=FOUND + 1, cpu_ok=True,
               world_size=FOUND + 1)
@@ -113,7 +119,7 @@ def test_on_a_gpu():
     ("0", "1 skipped"), ("1", "was skipped, but LABKIT_REQUIRE_GPU=1")])
 def test_gpu_lane_fails_on_a_skipped_gpu_test(tmp_path, require, outcome):
     """With LABKIT_REQUIRE_GPU=1 (the GPU lane), is a skipped `gpu` test a failure?"""
-    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
+    _copy_conftest(tmp_path)
     (tmp_path / "test_gpu.py").write_text(_GPU_TEST)
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                            "-m", "gpu", "test_gpu.py"], cwd=tmp_path, text=True,
@@ -134,7 +140,7 @@ def test_on_many_gpus():
 
 def test_gpu_lane_skips_what_its_runner_lacks(tmp_path):
     """On a lane declaring 1 GPU, does a test needing more stay a skip, saying why?"""
-    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
+    _copy_conftest(tmp_path)
     (tmp_path / "test_gpus.py").write_text(_TWO_GPU_TEST)
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                            "-rs", "-m", "gpu", "test_gpus.py"], cwd=tmp_path, text=True,

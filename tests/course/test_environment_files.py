@@ -486,7 +486,8 @@ def test_dockerfile_takes_a_pypi_mirror_and_an_mnist_mirror():
     assert "LABKIT_MNIST_MIRROR" in args and args["LABKIT_MNIST_MIRROR"] == ""
     lines = DOCKERFILE.splitlines()
     declared = max(i for i, line in enumerate(lines) if line.startswith("ARG "))
-    first_pip = next(i for i, line in enumerate(lines) if line.startswith("RUN grep"))
+    first_pip = next(i for i, line in enumerate(lines)
+                     if line.startswith("RUN") and "pip" in line)
     prepare = next(i for i, line in enumerate(lines)
                    if "labkit data prepare --root" in line)
     assert declared < first_pip < prepare

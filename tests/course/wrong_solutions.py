@@ -77,6 +77,25 @@ MISTAKES = {   # reference key -> [(text of the solution, the mistake)]
                           "return done[0] if done else None")],   # the oldest
     "hang_finder.py": [("        faulthandler.dump_traceback_later(self.seconds, "
                         "repeat=False, file=self.file)\n", "        pass\n")],
+    # lab 10 (tests/labs/capstone/test_checks.py has each piece's classic mistakes)
+    "tp_gpt.py": [("        dist.all_reduce(total, group=group)       # the sum of the "
+                   "partial sums", "        dist.all_reduce(total)")],   # whole world
+    "dp_buckets.py": [("            flat /= self.size                 # the sum over "
+                       "the group -> the mean\n", "")],
+    "pp_gpt.py": [("out = gpt.loss_of(out, targets) / m ",
+                   "out = gpt.loss_of(out, targets) ")],
+    "gpt3d.py": [("        self.buckets.wait()                                   # every "
+                  "bucket, then:\n        sync_tied(self.stage, self.groups[\"pp\"])"
+                  "               # pp <= 2: first + last\n        self.optimizer.step()",
+                  """        sync_tied(self.stage, self.groups["pp"])
+        self.optimizer.step()
+        self.buckets.wait()""")],                                # waited after the step
+    "first_stage_bytes": [("\"optimizer states\": 12 * params",
+                           "\"optimizer states\": 8 * params")],   # no fp32 master
+    "choose_plans": [("\"8B on 4 nodes\": planner.Plan(dp=32, tp=1, pp=1, "
+                      "num_microbatches=8, zero_stage=3)",
+                      "\"8B on 4 nodes\": planner.Plan(dp=32, tp=1, pp=1, "
+                      "num_microbatches=8, zero_stage=0)")],       # does not fit
 }
 
 

@@ -189,7 +189,7 @@ def test_the_graded_image_locks_the_references_before_installing(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     stores = sorted((course / "labkit" / "labs").glob("*/reference.json"))
-    assert len(stores) == 10
+    assert len(stores) == len(list((ROOT / "labkit" / "labs").glob("*/reference.json")))
     for store in stores:
         exercises = json.loads(store.read_text())["exercises"]
         assert exercises and all("key" in e and "source" not in e for e in exercises)

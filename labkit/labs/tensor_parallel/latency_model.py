@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from labkit.messages import N_, Said, _
 
 __all__ = ["Link", "Device", "Layers", "LINKS", "DEVICES", "GPT3", "SPLITS",
-           "transformer", "layer_seconds", "request_seconds", "fit_link"]
+           "transformer", "layer_seconds", "request_seconds", "fit_link",
+           "measured_name"]
 
 SPLITS = ("single", "layerwise", "tensor")
 
@@ -223,3 +224,13 @@ def largest_under(budget_s: float, device: Device, link: Link, n: int,
         raise ValueError(_("No model of hidden size >= 1024 fits {budget_ms:g} ms."
                            ).format(budget_ms=budget_s * 1e3))
     return max(fits, key=lambda layers: layers.params)
+
+
+_MEASURED = {"allreduce": N_("{backend} all-reduce (here)"),
+             "message": N_("{backend} message (here)")}
+
+
+def measured_name(kind: str, backend: str) -> str:
+    """The name of a link fitted to this machine's timings (``kind``: "allreduce" or
+    "message"), in the learner's language; lab 08's fit of its own backend."""
+    return _(_MEASURED[kind]).format(backend=backend)
