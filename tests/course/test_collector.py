@@ -16,9 +16,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _copy_conftest(folder) -> None:
-    """Put the project's conftest in ``folder``, with the test modules it imports."""
-    for name in ("conftest.py", "chinese_outputs.py", "english_prose.py"):
-        shutil.copy(ROOT / "tests" / name, folder / name)
+    """Put the project's conftest in ``folder``; ``_env`` finds what it imports."""
+    shutil.copy(ROOT / "tests" / "conftest.py", folder / "conftest.py")
+
+
+def _env(**extra) -> dict:
+    """This environment, with tests/ importable (the conftest's plugin modules)."""
+    path = os.pathsep.join(filter(None, [str(ROOT / "tests"),
+                                         os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, **extra}
 FOUND = torch.cuda.device_count()
 
 
@@ -41,9 +47,11 @@ def _gpu_check():
 
 
 @pytest.fixture
-def notebooks(tmp_path) -> Path:
-    """A folder with the project's conftest and three tiny notebooks."""
+def notebooks(tmp_path, monkeypatch) -> Path:
+    """A folder with the project's conftest and three tiny notebooks (gpu_check's
+    pytest runs inherit the PYTHONPATH that finds the conftest's plugin modules)."""
     _copy_conftest(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
     boom = "raise RuntimeError('this cell must have been skipped')"
     _notebook(tmp_path / "needs_more.ipynb", boom, min_gpus=FOUND + 1, cpu_ok=True,
               world_size=FOUND + 1)
@@ -59,7 +67,7 @@ def test_collector_skips_notebooks_needing_more_gpus(notebooks):
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-rs", "-p", "no:cacheprovider", "--nbval-lax",
          "--nbval-current-env", "needs_more.ipynb", "fits.ipynb", "gpu_only.ipynb"],
-        cwd=notebooks, capture_output=True, text=True, timeout=300)
+        cwd=notebooks, capture_output=True, text=True, timeout=300, env=_env())
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
     assert (f"needs_more.ipynb needs {FOUND + 1} GPU(s) (metadata.labkit.min_gpus), "
@@ -124,7 +132,7 @@ def test_gpu_lane_fails_on_a_skipped_gpu_test(tmp_path, require, outcome):
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                            "-m", "gpu", "test_gpu.py"], cwd=tmp_path, text=True,
                           capture_output=True, timeout=120,
-                          env={**os.environ, "LABKIT_REQUIRE_GPU": require})
+                          env=_env(LABKIT_REQUIRE_GPU=require))
     assert outcome in done.stdout, done.stdout
     assert (done.returncode != 0) == (require == "1")   # the lane goes red
 
@@ -145,7 +153,7 @@ def test_gpu_lane_skips_what_its_runner_lacks(tmp_path):
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                            "-rs", "-m", "gpu", "test_gpus.py"], cwd=tmp_path, text=True,
                           capture_output=True, timeout=120,
-                          env={**os.environ, "LABKIT_REQUIRE_GPU": "1"})
+                          env=_env(LABKIT_REQUIRE_GPU="1"))
     assert done.returncode == 0, done.stdout
     assert f"needs 99 CUDA GPU(s) (@pytest.mark.gpu), {FOUND} found" in done.stdout
 
