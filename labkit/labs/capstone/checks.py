@@ -19,6 +19,7 @@ import torch
 from labkit.checks._core import ExerciseFailed, passed
 from labkit.checks._programs import first_difference, launch_program, load_program
 from labkit.checks._reference import use_reference
+from labkit.checks._solved import solved
 from labkit.labs.capstone import (
     corpus,
     evidence,
@@ -33,7 +34,7 @@ from labkit.labs.capstone import (
 )
 from labkit.messages import N_, _
 
-__all__ = ["use_reference", "CHECK", "check_batches", "tp_block", "dp_buckets",
+__all__ = ["use_reference", "solved", "CHECK", "check_batches", "tp_block", "dp_buckets",
            "pipeline", "train_3d", "CASES", "MARGIN", "plans", "first_stage_bytes"]
 
 TOLERANCE = reference.TOLERANCE
