@@ -136,6 +136,12 @@ def room_figure(nb) -> dict | None:
     return room if room and room.get("learners", 0) >= ROOM_MIN_LEARNERS else None
 
 
+def _estimate(parts: dict) -> int:
+    """The model's minutes: the sum of its parts (compute None: not measured)."""
+    return sum(parts[k] or 0 for k in ("reading", "code", "predict", "exercises",
+                                       "compute"))
+
+
 def minutes(nb) -> dict:
     """Return a lab's parts in minutes (compute None: not measured), the model's
     ``estimate``, the ``total`` (the room's median where it has one) and the
@@ -150,8 +156,7 @@ def minutes(nb) -> dict:
              "exercises": exercise_minutes(nb),
              "compute": max(1, _up(measured["full_mode_s"] / 60)) if measured else None,
              "appendix": _up(appendix / WORDS_PER_MINUTE)}
-    parts["estimate"] = sum(parts[k] or 0 for k in ("reading", "code", "predict",
-                                                    "exercises", "compute"))
+    parts["estimate"] = _estimate(parts)
     room = room_figure(nb)
     parts["total"] = _nearest(room["minutes"]) if room else parts["estimate"]
     return parts
@@ -225,8 +230,7 @@ def time_sentence(nb, text: dict = TEXT, reading: dict | None = None) -> str:
 def _with_reading(m: dict, reading: dict, room: dict | None) -> dict:
     """The parts ``m`` with another edition's reading, and its estimate added up again."""
     m = dict(m, reading=reading["minutes"], appendix=reading["appendix"])
-    m["estimate"] = sum(m[k] or 0 for k in ("reading", "code", "predict", "exercises",
-                                            "compute"))
+    m["estimate"] = _estimate(m)
     if not room:
         m["total"] = m["estimate"]
     return m
