@@ -39,6 +39,7 @@ pythia llama resnet bert gpt mistral mixtral deepseek qwen transformer world
 # for them). Each pattern matches the kept text itself, never a whole line.
 KEPT_VERBATIM = [
     r"\S+: command not found",          # bash: `!nvidia-smi` where there is none
+    r"\S+: \d+: \S+: not found",         # dash (CI's /bin/sh): the same, as dash says it
     # An exception or a warning as Python shows it, up to the end of its line: torch's,
     # gloo's and the standard library's own words (labkit's and the cells' are Chinese).
     r"\b[A-Z]\w*(?:Error|Exception|Warning|Exit|Interrupt)\b(?:\(\S*\))?:.*",

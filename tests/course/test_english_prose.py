@@ -41,6 +41,7 @@ def test_english_sentences_are_found(text, runs):
     "W1201 22:13:24.956000 14494 torch/distributed/run.py:982] Setting OMP_NUM_THREADS",
     "rank 1：运行中，位于 distributed_c10d.py:3787 in broadcast <- x.py:15 in mismatch",
     "/bin/bash: line 1: nvidia-smi: command not found",
+    "/usr/bin/sh: 1: nvidia-smi: not found",
 ])
 def test_code_names_terms_and_third_party_text_pass(text):
     """Identifiers, TERMINOLOGY.md's English terms, units, and what torch or bash
