@@ -7,11 +7,14 @@ first (``PRELOAD``), so every rank starts with them loaded. It holds about half 
 learner: it stops after ``LABKIT_HELPER_IDLE_S`` seconds (default 60) without a
 launch, and the next launch starts it again, saying so. Its temporary files (torch's
 compile-cache folder, created by importing torch._dynamo) go to a folder of its own,
-removed when it stops.
+removed when it stops; that folder and multiprocessing's socket folder (``pymp-*``)
+are in the kernel's scratch folder (``labkit.scratch``), removed when the kernel
+ends even if it was killed.
 """
 
 import atexit
 import multiprocessing
+import multiprocessing.util
 import os
 import shutil
 import tempfile
@@ -21,6 +24,7 @@ from multiprocessing import forkserver
 
 import psutil
 
+from labkit import scratch
 from labkit.messages import _
 
 __all__ = ["PRELOAD", "NVML_CHECK", "IDLE_ENV", "context", "start", "stop", "in_use"]
@@ -89,7 +93,10 @@ def start() -> None:
                 _STATE["stopped_idle"] = False
             if _STATE["folder"]:
                 shutil.rmtree(_STATE["folder"], ignore_errors=True)
-            folder = _STATE["folder"] = tempfile.mkdtemp(prefix="labkit-helper-")
+            kernel_folder = scratch.folder()
+            folder = _STATE["folder"] = tempfile.mkdtemp(prefix="labkit-helper-",
+                                                         dir=kernel_folder)
+            _multiprocessing_temp_dir_in(kernel_folder)
             _with_environment(
                 {**NVML_CHECK, "TMPDIR": folder, FOLDER_ENV: folder,
                  "TORCHINDUCTOR_CACHE_DIR": os.path.join(folder, "inductor")},
@@ -98,6 +105,24 @@ def start() -> None:
         # the forkserver context (lab 09's kill_during_save), without a folder of ours
         if not _STATE["launches"]:
             _arm_timer()   # warmed up ahead of a launch that may never come
+
+
+def _multiprocessing_temp_dir_in(parent: str) -> None:
+    """Have multiprocessing make its temp folder (``pymp-*``, which holds the
+    forkserver's socket) in ``parent``, unless it made one already.
+
+    multiprocessing creates it on first use in ``tempfile.gettempdir()`` and removes
+    it only at a normal exit of this process. A socket's path has at most 107 bytes:
+    under a parent too deep for that, the folder stays where multiprocessing puts it.
+    """
+    socket_path = os.path.join(parent, "pymp-12345678", "listener-12345678")
+    if len(os.fsencode(socket_path)) > 107:
+        return
+    saved, tempfile.tempdir = tempfile.tempdir, parent
+    try:
+        multiprocessing.util.get_temp_dir()
+    finally:
+        tempfile.tempdir = saved
 
 
 def _with_environment(variables: dict, call) -> None:

@@ -27,7 +27,7 @@ from multiprocessing import connection
 
 import torch.distributed as dist
 
-from labkit import _forkserver, _spawn, crowding, hardware, privacy
+from labkit import _forkserver, _spawn, crowding, hardware, privacy, scratch
 from labkit._spawn import RankContext
 from labkit.messages import N_, _
 
@@ -363,8 +363,10 @@ def run(worker, world_size: int = 2, args: tuple = (), backend: str = "auto",
                 n=world_size, name=name, backend=setup.backend, port=store.port))
     start, ranks, results = time.perf_counter(), [], None
     # The launch's private folder (0700): rank stacks, and the ranks' TMPDIR and
-    # compile cache, all removed when the launch ends.
-    with tempfile.TemporaryDirectory(prefix="labkit-launch-") as folder, \
+    # compile cache, all removed when the launch ends (in the kernel's scratch
+    # folder: removed with it if the kernel is killed meanwhile).
+    with tempfile.TemporaryDirectory(prefix="labkit-launch-",
+                                     dir=scratch.folder()) as folder, \
             crowding.claim(world_size, threads_per_rank), _forkserver.in_use():
         spec = _spawn.RankSpec(worker.__module__, worker.__qualname__, payload, setup,
                                store.port, float(timeout), threads_per_rank,

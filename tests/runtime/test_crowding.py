@@ -10,13 +10,14 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 import torch.distributed as dist
 from multiprocessing import forkserver
 
-from labkit import _forkserver, crowding, launch
+from labkit import _forkserver, crowding, launch, scratch
 from labkit.checks import ExerciseFailed
 from labkit.checks import _programs
 from listeners import is_loopback
@@ -68,13 +69,50 @@ def test_a_launch_listens_on_loopback_only(capsys):
 # ---------------------------------------------------------------- nothing left behind
 
 
-def test_ranks_get_the_launchs_own_temp_folder_and_it_goes(tmp_path, monkeypatch):
-    """Do ranks write temp files in the launch's folder, removed at its end, with
-    the torch compile cache there too?"""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+def test_ranks_get_the_launchs_own_temp_folder_and_it_goes():
+    """Do ranks write temp files in the launch's folder (in the kernel's scratch
+    folder), removed at its end, with the torch compile cache there too?"""
     folder, cache = launch.run(temp_folder, 1, backend="gloo")[0]
-    assert os.path.dirname(folder) == str(tmp_path) and cache.startswith(folder)
+    assert os.path.dirname(folder) == scratch.folder() and cache.startswith(folder)
     assert not os.path.exists(folder)
+
+
+@pytest.mark.parametrize("now", [False, True], ids=["graceful_nbclient", "at_once_nbval"])
+def test_a_jupyter_kernel_leaves_nothing_in_its_temp_folder(tmp_path, now):
+    """A real Jupyter kernel runs a 2-rank launch and is shut down as nbclient does
+    (graceful: ipykernel terminates its children, then the kernel is killed if slow)
+    or as nbval does (killed at once): is its TMPDIR empty afterwards (no pymp-*, no
+    labkit-helper-*, no labkit-kernel-*), and every process of it gone?"""
+    jupyter_client = pytest.importorskip("jupyter_client")
+    tmp = Path(tempfile.mkdtemp(prefix="kernel-tmp-", dir="/tmp"))   # short: sockets
+    manager = jupyter_client.KernelManager(kernel_name="python3")
+    manager.start_kernel(cwd=str(tmp_path), env={**os.environ, "TMPDIR": str(tmp)})
+    client = manager.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        tests = os.path.dirname(os.path.dirname(__file__))
+        code = (f"import sys; sys.path[:0] = [{tests!r}, {os.path.dirname(__file__)!r}]\n"
+                "import test_crowding\nfrom labkit import launch\n"
+                "print(launch.run(test_crowding.sleep_then_return, 2, args=(0,), "
+                "backend='gloo'))")
+        reply = client.execute_interactive(code, timeout=120, output_hook=lambda m: None)
+        assert reply["content"]["status"] == "ok", reply["content"].get("traceback")
+        assert [p.name.split("-")[1] for p in tmp.iterdir()] == ["kernel"]
+        kernel = psutil.Process(manager.provisioner.pid)
+        family = [kernel, *kernel.children(recursive=True)]
+        assert len(family) >= 3, "the kernel, its helper and its folder's watcher"
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=now)
+    deadline = time.monotonic() + 30
+    while list(tmp.iterdir()) or any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+                                     for p in family):
+        assert time.monotonic() < deadline, (
+            f"left behind: {sorted(p.name for p in tmp.iterdir())}, processes "
+            f"{[p.pid for p in family if p.is_running()]}")
+        time.sleep(0.2)
+    tmp.rmdir()
 
 
 def test_the_helper_stops_when_idle_and_comes_back_saying_so(monkeypatch, capsys):
