@@ -8,10 +8,12 @@ docstring where it is taught:
 - the single-device baseline: ``data``, ``models``, ``train`` (lab 01), ``estimate``
   (memory and all-reduce estimates: labs 00, 04);
 - launching ranks: ``launch`` (lab 03 and every lab after it), ``_spawn`` and
-  ``_forkserver`` (the helper ranks fork from), ``crowding`` (launch limits on a
-  machine a room of learners shares), ``privacy`` (a job kept to loopback and its own
-  temp folder), ``cluster`` and ``multinode`` (real nodes on one machine, as root:
-  labs 03, 06, 09);
+  ``_forkserver`` (the helper ranks fork from), ``scratch`` (the kernel's temp
+  folder, gone however the kernel ends), ``crowding`` (launch limits on a machine a
+  room of learners shares), ``privacy`` (a job kept to loopback and its own temp
+  folder), ``torchrun_preloaded`` (torchrun's agent with workers forked after torch
+  is imported: the torchrun checks of labs 03 and 09), ``cluster`` and ``multinode``
+  (real nodes on one machine, as root: labs 03, 06, 09);
 - cutting a model: ``pipeline`` (schedule tables and the bubble), ``stages`` (a model
   split over ranks), ``p2p`` (send/recv under a deadline), ``nccl_order`` (would
   those messages hang on NCCL?), ``timeline`` (what each rank did, drawn): labs

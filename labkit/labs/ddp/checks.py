@@ -655,7 +655,8 @@ def ddp_under_torchrun(path="ddp_script.py", worker_path="ddp_worker.py",
 
     First ``setup_from_env`` runs against faked nodes with 0, 1 and 2 GPUs (the
     backend must be one per job). Then ``torchrun --standalone --nproc-per-node=2
-    <path> <out> <epochs> <limit>`` runs with the GPUs hidden, so the ranks are gloo
+    <path> <out> <epochs> <limit>`` runs (torchrun's agent, its workers forked with
+    torch imported: ``labkit.torchrun_preloaded``) with the GPUs hidden, so the ranks are gloo
     CPU processes whose float32 arithmetic matches the CPU reference to 1e-5 (on
     GPUs TF32 convolutions differ by ~1e-4); the script saves what rank 0 loaded to
     ``out``, compared with the reference.
@@ -671,7 +672,7 @@ def ddp_under_torchrun(path="ddp_script.py", worker_path="ddp_worker.py",
     # torchrun's stores listen on every interface: in a network namespace of their
     # own where the machine allows it, else with a line saying so (privacy.loopback_only)
     torchrun, _fenced = privacy.loopback_only(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone",
+        [sys.executable, "-m", "labkit.torchrun_preloaded", "--standalone",
          "--local-addr=127.0.0.1",   # meet at loopback, not at the host name's address
          "--nproc-per-node=2", str(script), str(out), str(epochs), str(limit)])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",

@@ -432,7 +432,8 @@ def elastic_restart(path="elastic_train.py", snapshot_path="snapshot.py",
     Path(folder, f"step_{steps:06d}.pt.tmp").write_bytes(b"torn")   # a killed save
     try:
         run = elastic.torchrun_with_kill(Path(path).resolve(), (folder, steps), folder,
-                                         pause_at=KILL_AT, timeout=timeout)
+                                         pause_at=KILL_AT, timeout=timeout,
+                                         preloaded=True)
         problem = (_("torchrun did not finish within {timeout:g} s: a rank waits for "
                      "another (does every rank call save_snapshot?).").format(
                          timeout=timeout) + crowding.overload_note()
