@@ -7,8 +7,8 @@ rank holds which shard of the 2 x 2 x 2 mesh), ``harness`` (what runs the learne
 modules on ranks), ``recorder`` (the collectives and messages a rank sent),
 ``nccl_order`` (would this order of messages deadlock on NCCL?), ``checks`` (the
 exercises), ``measure`` and ``cost_model`` (the measurements and their theory).
-Planning a real run (section 6): ``cost_models`` (bytes, FLOPs and alpha-beta links of
-an H100 cluster: the capstone's own copies of labs 05-07's formulas), ``plan_costs``
+Planning a real run (section 6): ``transformer_costs`` (bytes, FLOPs and alpha-beta
+links of an H100 cluster: the capstone's own copies of labs 05-07's formulas), ``plan_costs``
 and ``planner`` (score a plan, search every legal one), ``published`` (torchtitan's,
 Llama 3's and Megatron-LM's layouts to hold the models against) and ``plan_checks``
 (what the planning exercises' checks judge and explain).

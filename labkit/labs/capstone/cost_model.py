@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from labkit.labs.capstone import layout
-from labkit.labs.capstone.cost_models import (
+from labkit.labs.capstone.transformer_costs import (
     NVLINK_H100,
     Link,
     all_reduce_seconds,
@@ -41,7 +41,7 @@ class Cluster:
 
 
 # NVLink 4 is the H100's and the H200's (900 GB/s in all, 450 each way): the
-# planner's link, with its sources (cost_models.NVLINK_H100; lab 08 uses the same).
+# planner's link, with its sources (transformer_costs.NVLINK_H100; lab 08 uses the same).
 # Said: the name and the source print in the learner's language (a Chinese run).
 H200_NODE = Cluster(Said(N_("one node of 8 x H200, NVLink 4")), 989e12, NVLINK_H100, 0.4,
                     2, Said(N_("989 TFLOP/s dense bf16 (NVIDIA H200 datasheet); 40 % of "

@@ -20,7 +20,7 @@ Megatron-LM's --tp-comm-overlap hide part of it).
 """
 
 from labkit import pipeline
-from labkit.labs.capstone import cost_models as cm
+from labkit.labs.capstone import transformer_costs as cm
 
 __all__ = ["STATE_BYTES", "layers_per_stage", "in_flight", "state_bytes",
            "first_stage_bytes", "memory", "step_time"]

@@ -13,7 +13,7 @@ import functools
 import math
 
 from labkit.checks._core import ExerciseFailed, attempt, passed
-from labkit.labs.capstone import cost_models as cm
+from labkit.labs.capstone import transformer_costs as cm
 from labkit.labs.capstone import plan_costs, planner
 from labkit.messages import N_, _
 

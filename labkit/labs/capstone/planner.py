@@ -2,7 +2,7 @@
 stage): does it fit, how long is a step, where does the time go; search them all.
 
 Taught in: lab 10 ("plan a real run", the Scaling Book's worked problems, checked).
-``cost_models`` holds the formulas (lab 07's bytes, lab 06's alpha-beta, FLOPs),
+``transformer_costs`` holds the formulas (lab 07's bytes, lab 06's alpha-beta, FLOPs),
 ``plan_costs`` applies them to one plan (lab 05's bubble and schedule on top); this
 module says which plans are legal, prints a verdict, and searches every legal plan.
 
@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from labkit import pipeline
-from labkit.labs.capstone import cost_models as cm
+from labkit.labs.capstone import transformer_costs as cm
 from labkit.labs.capstone import plan_costs
 from labkit.labs.capstone.plan_costs import first_stage_bytes, layers_per_stage
 from labkit.messages import N_, _

@@ -11,7 +11,7 @@ scores it and sets the prediction beside the published figure.
 
 from dataclasses import dataclass, field
 
-from labkit.labs.capstone import cost_models as cm
+from labkit.labs.capstone import transformer_costs as cm
 from labkit.labs.capstone import planner
 from labkit.messages import N_, _
 

@@ -9,7 +9,7 @@ import pytest
 from coursetools import build, notebooks
 
 from labkit.checks import ExerciseFailed, _reference
-from labkit.labs.capstone import cost_models as cm
+from labkit.labs.capstone import transformer_costs as cm
 from labkit.labs.capstone import checks, plan_verdicts, planner
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -17,7 +17,7 @@ import pytest
 
 from labkit.labs.communication import comm_model
 from labkit.labs.sharding import sharding_memory
-from labkit.labs.capstone import cost_models as cm
+from labkit.labs.capstone import transformer_costs as cm
 from labkit.labs.capstone import plan_costs, planner, published
 
 GIB = 2**30
