@@ -12,7 +12,7 @@ docstring where it is taught:
   folder, gone however the kernel ends), ``crowding`` (launch limits on a machine a
   room of learners shares), ``privacy`` (a job kept to loopback and its own temp
   folder), ``torchrun_preloaded`` (torchrun's agent with workers forked after torch
-  is imported: the torchrun checks of labs 03 and 09), ``cluster`` and ``multinode``
+  is imported: lab 03's torchrun check), ``cluster`` and ``multinode``
   (real nodes on one machine, as root: labs 03, 06, 09);
 - cutting a model: ``pipeline`` (schedule tables and the bubble), ``stages`` (a model
   split over ranks), ``p2p`` (send/recv under a deadline), ``nccl_order`` (would

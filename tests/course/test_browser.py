@@ -101,24 +101,46 @@ def _settings(folder: Path) -> Path:
     return folder
 
 
-def _wait_for_server(url: str, server: subprocess.Popen, seconds: float = 90) -> None:
+def _wait_for_server(url: str, server: subprocess.Popen, seconds: float = 90) -> bool:
+    """Wait until the server answers (True), or exits (False)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            pytest.fail(f"jupyter lab exited with {server.returncode}: see its log")
+            return False
         try:
             with urllib.request.urlopen(url, timeout=2):
-                return
+                return True
         except OSError:
             time.sleep(0.5)
     pytest.fail(f"jupyter lab did not answer {url} within {seconds} s")
+
+
+def _start_lab(command: list, env: dict, log: Path, token: str):
+    """Start JupyterLab on a free port; return the server and its base URL.
+
+    A port found free can be taken by another process (another test run on the
+    machine) before the server binds it: then the server exits saying so, and the
+    next free port is tried.
+    """
+    for _attempt in range(5):
+        port = _free_port()
+        with open(log, "w") as out:
+            server = subprocess.Popen([*command, f"--ServerApp.port={port}"], env=env,
+                                      stdout=out, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
+        base = f"http://127.0.0.1:{port}"
+        if _wait_for_server(f"{base}/api/status?token={token}", server):
+            return server, base
+        if f"port {port} is not available" not in log.read_text():
+            pytest.fail(f"jupyter lab exited with {server.returncode}: see {log}")
+    pytest.fail(f"jupyter lab found no free port in 5 tries: see {log}")
 
 
 @pytest.fixture(params=["", "zh_CN"], ids=["english", "chinese"])
 def lab_server(tmp_path, request):
     """JupyterLab on a free localhost port with a token, serving a temporary folder
     with a copy of lab 01 of one edition (English, or Chinese in zh_CN/)."""
-    port, token = _free_port(), os.urandom(16).hex()
+    token = os.urandom(16).hex()
     course, log = tmp_path / "course", tmp_path / "jupyter.log"
     course.mkdir()
     notebook = _lab_copy(course, request.param)
@@ -127,18 +149,13 @@ def lab_server(tmp_path, request):
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
            "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
     command = [str(Path(sys.executable).parent / "jupyter-lab"), "--no-browser",
-               "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-               "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+               "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
                f"--ServerApp.root_dir={course}", "--LabApp.expose_app_in_browser=True",
                f"--FileCheckpoints.checkpoint_dir={tmp_path / 'checkpoints'}"]
     if os.geteuid() == 0:
         command.append("--ServerApp.allow_root=True")   # CI and containers run as root
-    with open(log, "w") as out:
-        server = subprocess.Popen(command, env=env, stdout=out,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
+    server, base = _start_lab(command, env, log, token)
     try:
-        _wait_for_server(f"{base}/api/status?token={token}", server)
         yield {"url": f"{base}/lab/tree/{notebook.relative_to(course)}?token={token}",
                "log": log, "edition": request.param}
     finally:
@@ -153,7 +170,10 @@ def _shutdown(server: subprocess.Popen, url: str, token: str) -> None:
         urllib.request.urlopen(request, timeout=5)
         server.wait(timeout=20)
     except (OSError, subprocess.TimeoutExpired):
-        os.killpg(server.pid, signal.SIGKILL)
+        try:
+            os.killpg(server.pid, signal.SIGKILL)
+        except ProcessLookupError:   # it had exited already
+            pass
         server.wait()
 
 

@@ -1,8 +1,8 @@
 """labkit.torchrun_preloaded: what a script sees under it is what it sees under torchrun.
 
-The torchrun checks of labs 03 and 09 run the learner's script under it (workers
-forked after torch is imported) instead of ``python -m torch.distributed.run``; a
-script must not be able to tell them apart, nor a failure read differently.
+Lab 03's torchrun check runs the learner's script under it (workers forked after
+torch is imported) instead of ``python -m torch.distributed.run``; a script must not
+be able to tell them apart, nor a failure read differently.
 """
 
 import json

@@ -94,11 +94,10 @@ class Run:
         return [s for s in self.starts if s["restart"] == self.killed["restart"] + 1]
 
 
-def _command(script, args, nproc: int, max_restarts: int, preloaded: bool) -> list[str]:
+def _command(script, args, nproc: int, max_restarts: int) -> list[str]:
     # --local-addr: the workers meet at 127.0.0.1, not at the host name's address,
     # which a network namespace with loopback alone cannot reach (privacy.loopback_only)
-    runner = "labkit.torchrun_preloaded" if preloaded else "torch.distributed.run"
-    return [sys.executable, "-m", runner, "--standalone",
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
             "--local-addr=127.0.0.1", f"--nproc-per-node={nproc}",
             f"--max-restarts={max_restarts}", str(script), *map(str, args)]
 
@@ -143,15 +142,12 @@ def _kill(folder: Path, restart: int, kill_rank: int, stacks: bool):
 def torchrun_with_kill(script, args=(), folder=".", nproc: int = 2,
                        max_restarts: int = 3, kill_rank: int | None = 1,
                        pause_at: int | None = None, timeout: float = 180.0,
-                       stacks: bool = True, env: dict | None = None,
-                       preloaded: bool = False) -> Run:
+                       stacks: bool = True, env: dict | None = None) -> Run:
     """Run ``torchrun --standalone --max-restarts`` on ``script``; kill a rank once.
 
     With ``kill_rank`` and ``pause_at`` set, waits until every rank has paused at
     step ``pause_at`` (``pause_if_asked``), then kills ``kill_rank`` with SIGKILL.
     torchrun's output (all ranks) is in ``Run.log``; ``timeout`` bounds the whole run.
-    ``preloaded``: the same agent, with workers forked after torch is imported
-    (``labkit.torchrun_preloaded``: a check's wait, seconds less per worker start).
     """
     script, folder = Path(script).resolve(), Path(folder)
     start, log_path = time.monotonic(), folder / "torchrun.log"
@@ -160,8 +156,7 @@ def torchrun_with_kill(script, args=(), folder=".", nproc: int = 2,
     # Off the network where the OS allows (torchrun's stores bind every interface);
     # its logs and temp files in a folder removed at the end, not in a new
     # /tmp/torchelastic_* per run (nor among the run's snapshots in ``folder``).
-    command, _fenced = privacy.loopback_only(_command(script, args, nproc, max_restarts,
-                                                        preloaded))
+    command, _fenced = privacy.loopback_only(_command(script, args, nproc, max_restarts))
     private_folder = tempfile.mkdtemp(prefix="labkit-torchrun-")
     private = privacy.job_environment(private_folder)
     with open(log_path, "w") as log:
