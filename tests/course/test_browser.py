@@ -149,7 +149,8 @@ def lab_server(tmp_path, request):
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
            "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
     command = [str(Path(sys.executable).parent / "jupyter-lab"), "--no-browser",
-               "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+               "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0",
+               f"--IdentityProvider.token={token}",
                f"--ServerApp.root_dir={course}", "--LabApp.expose_app_in_browser=True",
                f"--FileCheckpoints.checkpoint_dir={tmp_path / 'checkpoints'}"]
     if os.geteuid() == 0:

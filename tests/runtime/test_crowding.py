@@ -5,6 +5,7 @@ The workers live at module level so that ranks can import them.
 """
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -102,17 +103,20 @@ def test_a_jupyter_kernel_leaves_nothing_in_its_temp_folder(tmp_path, now):
         kernel = psutil.Process(manager.provisioner.pid)
         family = [kernel, *kernel.children(recursive=True)]
         assert len(family) >= 3, "the kernel, its helper and its folder's watcher"
-    finally:
         client.stop_channels()
         manager.shutdown_kernel(now=now)
-    deadline = time.monotonic() + 30
-    while list(tmp.iterdir()) or any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-                                     for p in family):
-        assert time.monotonic() < deadline, (
-            f"left behind: {sorted(p.name for p in tmp.iterdir())}, processes "
-            f"{[p.pid for p in family if p.is_running()]}")
-        time.sleep(0.2)
-    tmp.rmdir()
+        deadline = time.monotonic() + 30
+        while list(tmp.iterdir()) or any(
+                p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in family):
+            assert time.monotonic() < deadline, (
+                f"left behind: {sorted(p.name for p in tmp.iterdir())}, processes "
+                f"{[p.pid for p in family if p.is_running()]}")
+            time.sleep(0.2)
+    finally:   # a failed run leaves nothing in /tmp either
+        if manager.is_alive():
+            client.stop_channels()
+            manager.shutdown_kernel(now=True)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_the_helper_stops_when_idle_and_comes_back_saying_so(monkeypatch, capsys):
