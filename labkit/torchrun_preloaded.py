@@ -1,12 +1,13 @@
 """``torchrun --standalone`` whose worker processes start with torch already imported.
 
-Where it is used: lab 03's check ``ddp_under_torchrun``, which runs the learner's
-script under torchrun and must answer in seconds on a loaded classroom server. A
-real ``torchrun`` starts every worker as a fresh ``python script.py``, and each one
-imports torch: on a busy 2-core machine that is seconds per worker, most of the
-check's wait. (Lab 09's ``elastic_restart`` keeps the real torchrun: the restart it
-times, which the lab asks the learner to predict, is made of exactly that new Python
-and ``import torch``.)
+Where it is used: lab 03's check ``ddp_under_torchrun`` and lab 09's
+``elastic_restart``, which run the learner's script under torchrun and must answer in
+seconds on a loaded classroom server. A real ``torchrun`` starts every worker as a
+fresh ``python script.py``, and each one imports torch: on a busy 2-core machine that
+is seconds per worker (twice in lab 09: the first start and the restart), most of
+the check's wait. Lab 09 then times a restart under the real torchrun
+(``timed_restart``), since the new Python and ``import torch`` are what a restart
+costs, and prints both.
 
 ``python -m labkit.torchrun_preloaded [torchrun's options] script.py [args]`` takes
 torchrun's own options (its parser, ``torch.distributed.run.get_args_parser``) and

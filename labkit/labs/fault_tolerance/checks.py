@@ -7,7 +7,9 @@ ranks three times: uninterrupted, interrupted after a snapshot, and resumed in f
 processes; the resumed weights must equal the uninterrupted ones bit for bit. Each
 run logs, per step and rank, the first sample, the RNG checksum and the loss, so the
 hint can name what the snapshot lost. ``elastic_restart`` runs the learner's script
-under ``torchrun --max-restarts`` and SIGKILLs a rank at a known step;
+under ``torchrun --max-restarts`` (its ranks forked with torch imported) and SIGKILLs a
+rank at a known step, and ``timed_restart`` does the same under the real torchrun,
+for the lab's measurement;
 ``hang_finder`` launches a deliberate collective mismatch under the learner's
 watchdog and reads where each rank says it is.
 """
@@ -33,7 +35,8 @@ from labkit.checks._programs import launch_program, load_program
 from labkit.messages import _
 
 __all__ = ["use_reference", "solved", "has_passed",
-           "snapshot_resume", "elastic_restart", "hang_finder", "resumable"]
+           "snapshot_resume", "elastic_restart", "timed_restart", "hang_finder",
+           "resumable"]
 
 QUICK_CFG = snapshots.Config(steps=24, every=4)   # 8 steps per epoch on 2 ranks
 STOP_AT = 12   # mid-epoch 1: the position and the epoch both matter
@@ -423,25 +426,18 @@ def _uninterrupted_weights(name: str, steps: int) -> dict:
                           args=(snapshots.Config(steps=steps),), timeout=30)[0]["weights"]
 
 
-def elastic_restart(path="elastic_train.py", snapshot_path="snapshot.py",
-                    steps: int = 24, timeout: float = 150.0) -> dict:
-    """Check the script under torchrun --max-restarts=3 survives a SIGKILLed rank.
-
-    Runs it on 2 gloo ranks; every rank holds at step 12 of the first attempt, rank 1
-    is killed there, torchrun restarts the group, the script must resume at step 12
-    and end with weights equal (bit for bit) to an uninterrupted run's.
-    """
-    name = "elastic_restart"
-    prerequisite(snapshot_path)   # 9.1's snapshot functions, which it imports: passed
-    module = load_program(path)
-    _check_latest(name, module)
-    crowding.wait_for_memory(3)   # torchrun's agent and 2 workers, each importing torch
+def _run_killed(name: str, path, steps: int, timeout: float, runner: str,
+                stacks: bool) -> tuple[dict, dict]:
+    """Run the script under ``runner`` with rank 1 SIGKILLed at KILL_AT; return rank
+    0's final weights and what the notebook prints, or fail saying what went wrong."""
+    crowding.wait_for_memory(3)   # torchrun's agent and 2 workers
     timeout = crowding.patience(timeout)
     folder = tempfile.mkdtemp(prefix="labkit-elastic-check-")
     Path(folder, f"step_{steps:06d}.pt.tmp").write_bytes(b"torn")   # a killed save
     try:
         run = elastic.torchrun_with_kill(Path(path).resolve(), (folder, steps), folder,
-                                         pause_at=KILL_AT, timeout=timeout)
+                                         pause_at=KILL_AT, timeout=timeout,
+                                         stacks=stacks, runner=runner)
         problem = (_("torchrun did not finish within {timeout:g} s: a rank waits for "
                      "another (does every rank call save_snapshot?).").format(
                          timeout=timeout) + crowding.overload_note()
@@ -461,9 +457,28 @@ def elastic_restart(path="elastic_train.py", snapshot_path="snapshot.py",
             raise ExerciseFailed(_("{name}: {problem}").format(name=name,
                                                                problem=problem))
         weights = torch.load(os.path.join(folder, "final.pt"), weights_only=True)
-        summary = _elastic_summary(run, folder)
+        return weights, _elastic_summary(run, folder)
     finally:
         shutil.rmtree(folder)
+
+
+def elastic_restart(path="elastic_train.py", snapshot_path="snapshot.py",
+                    steps: int = 24, timeout: float = 150.0) -> dict:
+    """Check the script under torchrun --max-restarts=3 survives a SIGKILLed rank.
+
+    Runs it on 2 gloo ranks; every rank holds at step 12 of the first attempt, rank 1
+    is killed there, torchrun restarts the group, the script must resume at step 12
+    and end with weights equal (bit for bit) to an uninterrupted run's. The agent is
+    torchrun's own, with its ranks forked with torch imported
+    (``labkit.torchrun_preloaded``), so an attempt answers in seconds on a loaded
+    machine; ``timed_restart`` then times a restart under the real torchrun.
+    """
+    name = "elastic_restart"
+    prerequisite(snapshot_path)   # 9.1's snapshot functions, which it imports: passed
+    module = load_program(path)
+    _check_latest(name, module)
+    weights, summary = _run_killed(name, path, steps, timeout, elastic.PRELOADED,
+                                   stacks=False)
     want = _uninterrupted_weights(name, steps)
     differ = [k for k in want if not torch.equal(want[k], weights[k])]
     if differ:
@@ -480,6 +495,21 @@ def elastic_restart(path="elastic_train.py", snapshot_path="snapshot.py",
                    "system: a folder only rank 0's node can see would pass).").format(
                        kill_at=KILL_AT, restarts=summary["restarts"]))
     return summary
+
+
+def timed_restart(path="elastic_train.py", steps: int = 24,
+                  timeout: float = 150.0) -> dict:
+    """Run the script under the real ``torchrun --max-restarts=3``, SIGKILL rank 1 at
+    step 12, and return what happened and how long the restart took.
+
+    Not a check (``elastic_restart`` is): the measurement of section 2, every rank a
+    new Python that imports torch, as on a cluster. Each rank's stack while it held
+    (SIGUSR1) is in ``stacks``; the agent's lines about the failure in
+    ``agent_lines``; seconds from the kill until both ranks trained again in
+    ``restart_seconds``.
+    """
+    return _run_killed("timed_restart", path, steps, timeout, elastic.TORCHRUN,
+                       stacks=True)[1]
 
 
 # ---------------------------------------------------------------- exercise 9.3

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["PAUSE_ENV", "KILLED", "restart_count", "record_start", "pause_if_asked", "starts",
+__all__ = ["PAUSE_ENV", "KILLED", "TORCHRUN", "PRELOADED", "restart_count", "record_start", "pause_if_asked", "starts",
            "Run", "torchrun_with_kill"]
 
 PAUSE_ENV = "LABKIT_PAUSE_AT_STEP"   # set by torchrun_with_kill only
@@ -31,6 +31,10 @@ KILLED = "killed"                    # written in the folder before the kill
 # #135712, #167288): gloo then fails with "connectFullMesh failed ... Connection
 # refused". Lab 09 shows the error; every run here turns the sharing off.
 NO_SHARED_STORE = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+# The runner: the real torchrun (every rank a new Python that imports torch: what a
+# restart costs, which the lab times), or labkit's, whose ranks are forked with torch
+# already imported (the check's, which must answer in seconds on a loaded machine).
+TORCHRUN, PRELOADED = "torch.distributed.run", "labkit.torchrun_preloaded"
 
 
 def restart_count() -> int:
@@ -94,10 +98,10 @@ class Run:
         return [s for s in self.starts if s["restart"] == self.killed["restart"] + 1]
 
 
-def _command(script, args, nproc: int, max_restarts: int) -> list[str]:
+def _command(script, args, nproc: int, max_restarts: int, runner: str) -> list[str]:
     # --local-addr: the workers meet at 127.0.0.1, not at the host name's address,
     # which a network namespace with loopback alone cannot reach (privacy.loopback_only)
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+    return [sys.executable, "-m", runner, "--standalone",
             "--local-addr=127.0.0.1", f"--nproc-per-node={nproc}",
             f"--max-restarts={max_restarts}", str(script), *map(str, args)]
 
@@ -142,12 +146,15 @@ def _kill(folder: Path, restart: int, kill_rank: int, stacks: bool):
 def torchrun_with_kill(script, args=(), folder=".", nproc: int = 2,
                        max_restarts: int = 3, kill_rank: int | None = 1,
                        pause_at: int | None = None, timeout: float = 180.0,
-                       stacks: bool = True, env: dict | None = None) -> Run:
+                       stacks: bool = True, env: dict | None = None,
+                       runner: str = TORCHRUN) -> Run:
     """Run ``torchrun --standalone --max-restarts`` on ``script``; kill a rank once.
 
     With ``kill_rank`` and ``pause_at`` set, waits until every rank has paused at
     step ``pause_at`` (``pause_if_asked``), then kills ``kill_rank`` with SIGKILL.
     torchrun's output (all ranks) is in ``Run.log``; ``timeout`` bounds the whole run.
+    ``runner``: ``TORCHRUN`` (the real one) or ``PRELOADED`` (ranks forked with torch
+    imported; the same agent, restarts and environment).
     """
     script, folder = Path(script).resolve(), Path(folder)
     start, log_path = time.monotonic(), folder / "torchrun.log"
@@ -156,7 +163,8 @@ def torchrun_with_kill(script, args=(), folder=".", nproc: int = 2,
     # Off the network where the OS allows (torchrun's stores bind every interface);
     # its logs and temp files in a folder removed at the end, not in a new
     # /tmp/torchelastic_* per run (nor among the run's snapshots in ``folder``).
-    command, _fenced = privacy.loopback_only(_command(script, args, nproc, max_restarts))
+    command, _fenced = privacy.loopback_only(_command(script, args, nproc, max_restarts,
+                                                               runner))
     private_folder = tempfile.mkdtemp(prefix="labkit-torchrun-")
     private = privacy.job_environment(private_folder)
     with open(log_path, "w") as log:

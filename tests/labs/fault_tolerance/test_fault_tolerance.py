@@ -61,8 +61,19 @@ def test_killed_rank_under_torchrun_recovers_the_same_weights(folder):
     assert summary["resumed_at"] == [checks.KILL_AT, checks.KILL_AT]
     assert summary["killed"]["rank"] == 1
     assert any("exitcode: -9" in line for line in summary["agent_lines"])
+
+
+def test_timed_restart_runs_the_real_torchrun_and_shows_each_rank(folder):
+    """Does the lab's measurement restart under the real torchrun (new Pythons, each
+    importing torch), with both ranks' stacks at the kill?"""
+    _write(folder, "snapshot.py")
+    summary = checks.timed_restart(_write(folder, "elastic_train.py"))
+    assert summary["resumed_at"] == [checks.KILL_AT, checks.KILL_AT]
+    assert any("exitcode: -9" in line for line in summary["agent_lines"])
     assert len(summary["stacks"]) == 2 and all("elastic_train.py" in s
                                                for s in summary["stacks"])
+    assert not any("runpy" in s for s in summary["stacks"])   # not labkit's forked ranks
+    assert summary["restart_seconds"] > 0
 
 
 def test_kill_during_atomic_save_leaves_the_previous_snapshot(folder, tmp_path_factory):
