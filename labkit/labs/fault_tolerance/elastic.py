@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["PAUSE_ENV", "KILLED", "TORCHRUN", "PRELOADED", "restart_count", "record_start", "pause_if_asked", "starts",
-           "Run", "torchrun_with_kill"]
+__all__ = ["PAUSE_ENV", "KILLED", "TORCHRUN", "PRELOADED", "restart_count",
+           "record_start", "pause_if_asked", "starts", "Run", "torchrun_with_kill"]
 
 PAUSE_ENV = "LABKIT_PAUSE_AT_STEP"   # set by torchrun_with_kill only
 PAUSE_S = 120.0                      # a paused rank goes on after this, killed or not
@@ -163,8 +163,8 @@ def torchrun_with_kill(script, args=(), folder=".", nproc: int = 2,
     # Off the network where the OS allows (torchrun's stores bind every interface);
     # its logs and temp files in a folder removed at the end, not in a new
     # /tmp/torchelastic_* per run (nor among the run's snapshots in ``folder``).
-    command, _fenced = privacy.loopback_only(_command(script, args, nproc, max_restarts,
-                                                               runner))
+    command, _fenced = privacy.loopback_only(
+        _command(script, args, nproc, max_restarts, runner))
     private_folder = tempfile.mkdtemp(prefix="labkit-torchrun-")
     private = privacy.job_environment(private_folder)
     with open(log_path, "w") as log:
