@@ -64,7 +64,7 @@ def _lab_times(notebook: str, attempts: int, only: list[str],
     from coursetools import notebooks
 
     solution = nbformat.read(ROOT / "solutions" / notebook, as_version=4)
-    os.chdir(tempfile.mkdtemp(prefix="check-times-"))
+    os.chdir(tempfile.mkdtemp(prefix="lab-"))   # in the parent's scratch ($TMPDIR)
     namespace = {"__name__": "__main__"}
     first = next(c for c in solution.cells if c.cell_type == "code")
     with contextlib.redirect_stdout(io.StringIO()):
@@ -154,11 +154,15 @@ def main() -> None:
     try:
         for name in names:
             load = os.getloadavg()
-            done = subprocess.run(
-                [sys.executable, __file__, "--one", name, "--attempts",
-                 str(args.attempts), *(["--stubs"] if args.stubs else []),
-                 "--checks", *args.checks],
-                capture_output=True, text=True, cwd=ROOT)
+            # the child's temp files (its working folder, the lab's workdir, which
+            # the lab's last cell would remove, labkit's scratch) go when it ends
+            with tempfile.TemporaryDirectory(prefix="check-times-") as scratch:
+                done = subprocess.run(
+                    [sys.executable, __file__, "--one", name, "--attempts",
+                     str(args.attempts), *(["--stubs"] if args.stubs else []),
+                     "--checks", *args.checks],
+                    capture_output=True, text=True, cwd=ROOT,
+                    env={**os.environ, "TMPDIR": scratch})
             if done.returncode:
                 print(f"{name}: the timing run failed\n{done.stderr[-2000:]}")
                 continue
