@@ -15,6 +15,7 @@ which is how the parent can say where a slow or stuck rank is.
 import datetime
 import faulthandler
 import importlib
+import io
 import multiprocessing
 import os
 import pickle
@@ -202,9 +203,38 @@ def init_rank(spec: RankSpec, rank: int) -> RankContext:
     return RankContext(rank, spec.setup.world_size, rank, spec.setup.backend, device)
 
 
+def _tensor_from_bytes(dtype: torch.dtype, shape: tuple, data: bytes) -> torch.Tensor:
+    """Rebuild a CPU tensor that ``_ByValue`` sent as its raw bytes."""
+    if not data:   # frombuffer refuses an empty buffer
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype).reshape(shape)
+
+
+class _ByValue(pickle.Pickler):
+    """Plain pickle, with a plain CPU tensor sent as dtype, shape and raw bytes.
+
+    Plain pickle sends each tensor's storage through ``torch.save`` (about 0.1 ms a
+    tensor each way): lab 10's check gets some 2,600 tensors back from 27 ranks.
+    Anything else (a Parameter, a DTensor, a GPU or sparse tensor, one that needs
+    grad) goes the plain way.
+    """
+
+    def reducer_override(self, obj):
+        if (type(obj) is torch.Tensor and obj.layout == torch.strided
+                and obj.device.type == "cpu" and not obj.requires_grad
+                and not obj.is_quantized):
+            flat = obj.resolve_conj().resolve_neg().contiguous().reshape(-1)
+            return _tensor_from_bytes, (obj.dtype, tuple(obj.shape),
+                                        flat.view(torch.uint8).numpy().tobytes())
+        return NotImplemented
+
+
 def send_by_value(results, message) -> None:
-    """Send with plain pickle: tensors go as bytes, not as handles that die with us."""
-    results.send_bytes(pickle.dumps(message))
+    """Send with pickle by value: tensors go as bytes, not as handles that die with
+    us (``_ByValue``)."""
+    buffer = io.BytesIO()
+    _ByValue(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(message)
+    results.send_bytes(buffer.getbuffer())
 
 
 def rank_main(spec: RankSpec, rank: int, results, control) -> None:

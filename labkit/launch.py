@@ -13,6 +13,7 @@ the end (``privacy``); on a machine a room shares, ``crowding`` says what a laun
 may take.
 """
 
+import contextlib
 import datetime
 import math
 import os
@@ -32,7 +33,7 @@ from labkit._spawn import RankContext
 from labkit.messages import N_, _
 
 __all__ = ["RankContext", "LaunchError", "WorkerError", "CollectiveTimeout",
-           "DeadlineExceeded", "run", "init_from_env", "warm_up"]
+           "DeadlineExceeded", "run", "run_concurrently", "init_from_env", "warm_up"]
 
 # Extra seconds the parent gives a rank's own collective timeout to fire first.
 _GRACE_S = 3.0
@@ -267,44 +268,67 @@ def _deadline_error(ranks: list[_spawn.Rank], results: dict,
 
 # ---------------------------------------------------------------- the launch
 
-def _collect(ranks: list[_spawn.Rank], timeout: float, deadline: float,
-             report_every: float) -> list:
-    """Wait for every rank's result; raise at the first error, a hang or the deadline.
+def _collect(jobs: list[list[_spawn.Rank]], timeout: float, deadline: float,
+             report_every: float) -> tuple[list, list]:
+    """Wait for every rank's result in every job; raise at the first error, a hang or
+    the deadline, whichever job it is in (the error carries ``job``, its index).
 
-    Every ``report_every`` seconds it prints where the unfinished ranks are.
+    Returns each job's results in rank order, and the time each job finished. Every
+    ``report_every`` seconds it prints where the unfinished ranks are.
     """
-    results, first_done = {}, None
+    results, first_done = [{} for _ in jobs], [None] * len(jobs)
+    finished_at = [None] * len(jobs)
     start = time.monotonic()
-    next_report = start + report_every
-    while len(results) < len(ranks):
+    next_report, waited = start + report_every, timeout + _GRACE_S
+    while None in finished_at:
         now = time.monotonic()
-        waited = timeout + _GRACE_S
-        if first_done is not None and now >= first_done + waited:
-            raise _hang_error(sorted(results), len(ranks), waited)
-        if now >= start + deadline:
-            raise _deadline_error(ranks, results, deadline)
+        running = [job for job, done in enumerate(finished_at) if done is None]
+        for job in running:
+            ranks, found = jobs[job], results[job]
+            if first_done[job] is not None and now >= first_done[job] + waited:
+                raise _in_job(_hang_error(sorted(found), len(ranks), waited), job)
+            if now >= start + deadline:
+                raise _in_job(_deadline_error(ranks, found, deadline), job)
         if now >= next_report:
-            print(_progress_line(ranks, results, now - start), flush=True)
+            for job in running:
+                print(_progress_line(jobs[job], results[job], now - start), flush=True)
             next_report += report_every
-        wake = min(next_report, start + deadline,
-                   first_done + waited if first_done is not None else math.inf)
-        pending = [i for i in range(len(ranks)) if i not in results]
-        handles = {ranks[i].results: i for i in pending}
-        handles.update({ranks[i].process.sentinel: i for i in pending})
+        wake = min([next_report, start + deadline]
+                   + [first_done[job] + waited for job in running
+                      if first_done[job] is not None])
+        handles = {}
+        for job in running:
+            for index, rank in enumerate(jobs[job]):
+                if index not in results[job]:
+                    handles[rank.results] = handles[rank.process.sentinel] = (job, index)
         for ready in connection.wait(list(handles), timeout=max(0.0, wake - now)):
-            index = handles[ready]
-            if index in results:
+            job, index = handles[ready]
+            ranks, found = jobs[job], results[job]
+            if index in found:
                 continue   # its pipe and its sentinel were both ready
-            kind, value = _receive(ranks[index], index)
-            if kind == "peer_gone":   # report the rank that left, if it says why
-                index, kind, value = _peer_cause(ranks, pending, index) or (
-                    index, kind, value)
+            try:
+                kind, value = _receive(ranks[index], index)
+                if kind == "peer_gone":   # report the rank that left, if it says why
+                    pending = [i for i in range(len(ranks)) if i not in found]
+                    index, kind, value = _peer_cause(ranks, pending, index) or (
+                        index, kind, value)
+            except LaunchError as err:
+                raise _in_job(err, job)
             if kind != "ok":
-                raise _rank_error(index, kind, value, sorted(results), len(ranks),
-                                  timeout)
-            results[index] = value
-            first_done = first_done or time.monotonic()
-    return [results[i] for i in range(len(ranks))]
+                raise _in_job(_rank_error(index, kind, value, sorted(found), len(ranks),
+                                          timeout), job)
+            found[index] = value
+            first_done[job] = first_done[job] or time.monotonic()
+            if len(found) == len(ranks):
+                finished_at[job] = time.perf_counter()
+    return ([[found[i] for i in range(len(ranks))] for ranks, found in zip(jobs, results)],
+            finished_at)
+
+
+def _in_job(err: LaunchError, job: int) -> LaunchError:
+    """Tag a launch error with the index of the job it happened in."""
+    err.job = job
+    return err
 
 
 def _choose(world_size: int, backend: str) -> hardware.Setup:
@@ -342,44 +366,80 @@ def run(worker, world_size: int = 2, args: tuple = (), backend: str = "auto",
     cannot hold is refused unless ``allow_oversubscription``; one past the learner's
     caps (``LABKIT_MAX_RANKS``, ``LABKIT_MAX_THREADS``, set by a hub) always is.
     """
-    _check_worker(worker)
-    _check_positive("timeout", timeout)
-    _check_positive("threads_per_rank", threads_per_rank, int)
+    return run_concurrently([(worker, world_size, args)], backend, timeout,
+                            threads_per_rank, deadline, report_every,
+                            allow_oversubscription)[0]
+
+
+def run_concurrently(jobs: list, backend: str = "auto", timeout: float = 60.0,
+                     threads_per_rank: int = 1, deadline: float | None = None,
+                     report_every: float = 20.0,
+                     allow_oversubscription: bool = False) -> list:
+    """Run several independent jobs at once, ``(worker, world_size, args)`` each: one
+    process group per job; return each job's list of rank results, in order.
+
+    Taught in: lab 10, whose check runs eight layouts of the learner's Trainer a few
+    at a time (a machine's cores are busy with 8 ranks, not with 1 or 2). The options
+    are ``run``'s, for every job; the guards count all the jobs' ranks together. The
+    first failure stops every job and is raised with ``job`` (its index) attached.
+    """
     deadline = DEADLINE_TIMEOUTS * timeout if deadline is None else deadline
-    _check_positive("deadline", deadline)
-    _check_positive("report_every", report_every)
-    payload = _pickle_args(args)
-    setup = _choose(world_size, backend)
+    for name, value, kind in (("timeout", timeout, (int, float)),
+                              ("threads_per_rank", threads_per_rank, int),
+                              ("deadline", deadline, (int, float)),
+                              ("report_every", report_every, (int, float))):
+        _check_positive(name, value, kind)
+    for worker, _world_size, _args in jobs:
+        _check_worker(worker)
+    payloads = [_pickle_args(args) for _w, _n, args in jobs]
+    setups = [_choose(world_size, backend) for _w, world_size, _a in jobs]
     try:
-        crowding.check_launch(world_size, threads_per_rank, setup.device_type,
+        crowding.check_launch(sum(world_size for _w, world_size, _a in jobs),
+                              threads_per_rank, setups[0].device_type,
                               allow_oversubscription)
     except crowding.LaunchRefused as refused:
         raise LaunchError(str(refused)) from None
-    store = _loopback_store(world_size, timeout)
+    with contextlib.ExitStack() as stack:   # also on KeyboardInterrupt: no rank
+        started = [stack.enter_context(   # outlives the call, in any job
+            _started(worker, setup, payload, timeout, threads_per_rank))
+            for (worker, _n, _a), setup, payload in zip(jobs, setups, payloads)]
+        results, finished_at = _collect([ranks for _n, _s, ranks in started], timeout,
+                                         deadline, report_every)
+        for (name, start, ranks), end in zip(started, finished_at):
+            print(_("{n} rank(s) of {name} finished in {seconds:.1f} s").format(
+                n=len(ranks), name=name, seconds=end - start))
+            _spawn.stop(ranks, finished=True)   # each job's ranks wait to be released
+    return results
+
+
+@contextlib.contextmanager
+def _started(worker, setup: hardware.Setup, payload: bytes, timeout: float,
+             threads_per_rank: int):
+    """Start one job's ranks; yield (name, start time, ranks); stop them at the end."""
+    store = _loopback_store(setup.world_size, timeout)
     name = f"{worker.__module__}.{worker.__qualname__}"
     hardware.record_choice("launch", setup, name)
     print(_("Launching {n} rank(s) of {name} ({backend}, rendezvous on "
             "127.0.0.1:{port}, loopback only)").format(
-                n=world_size, name=name, backend=setup.backend, port=store.port))
-    start, ranks, results = time.perf_counter(), [], None
+                n=setup.world_size, name=name, backend=setup.backend, port=store.port))
+    start, ranks, finished = time.perf_counter(), [], False
     # The launch's private folder (0700): rank stacks, and the ranks' TMPDIR and
     # compile cache, all removed when the launch ends (in the kernel's scratch
     # folder: removed with it if the kernel is killed meanwhile).
     with tempfile.TemporaryDirectory(prefix="labkit-launch-",
                                      dir=scratch.folder()) as folder, \
-            crowding.claim(world_size, threads_per_rank), _forkserver.in_use():
+            crowding.claim(setup.world_size, threads_per_rank), _forkserver.in_use():
         spec = _spawn.RankSpec(worker.__module__, worker.__qualname__, payload, setup,
                                store.port, float(timeout), threads_per_rank,
                                _rank_environment(folder), folder)
         try:
-            for rank in range(world_size):
+            for rank in range(setup.world_size):
                 ranks.append(_spawn.start_rank(spec, rank))
-            results = _collect(ranks, timeout, deadline, report_every)
-        finally:   # also on KeyboardInterrupt: no rank outlives the call
-            _spawn.stop(ranks, finished=results is not None)
-    print(_("{n} rank(s) of {name} finished in {seconds:.1f} s").format(
-        n=world_size, name=name, seconds=time.perf_counter() - start))
-    return results
+            yield name, start, ranks
+            finished = True
+        finally:   # released by the caller when all finished, else stopped here
+            if not finished:
+                _spawn.stop(ranks, finished=False)
 
 
 def _loopback_store(world_size: int, timeout: float) -> dist.TCPStore:

@@ -29,8 +29,8 @@ from labkit import _spawn, crowding, launch
 from labkit.checks._core import ExerciseFailed
 from labkit.messages import N_, _
 
-__all__ = ["load_program", "launch_program", "run_command", "first_difference",
-           "torch_refused", "one_thread"]
+__all__ = ["load_program", "launch_program", "launch_programs", "run_command",
+           "first_difference", "torch_refused", "one_thread"]
 
 IN_YOUR_CODE = N_("\nIn your code:\n{where}")   # the learner's lines of a traceback
 
@@ -102,27 +102,40 @@ def launch_program(exercise: str, worker, world_size: int = 2, args: tuple = (),
     same on any machine. On an overloaded machine the timeout is stretched
     (``crowding.patience``): a check's verdict must not depend on the crowd.
     """
-    filename = f"{module or worker.__module__}.py"
     kwargs.setdefault("backend", "gloo")
     timeout = crowding.patience(timeout)   # a crowded machine is slow, not wrong
-    try:
+    with _verdicts(exercise, f"{module or worker.__module__}.py", timeout, hang_hint,
+                   explain):
         return launch.run(worker, world_size, args=args, timeout=timeout, **kwargs)
-    except launch.WorkerError as err:
-        if _is_stub(err.traceback):
-            raise ExerciseFailed(_(
-                "{exercise}: not done yet (rank {rank} reached `raise "
-                "NotImplementedError()` in {filename}). Write that function body, "
-                "run its cell, then this one.").format(
-                    exercise=exercise, rank=err.rank, filename=filename)) from None
-        last = err.traceback.strip().splitlines()[-1]
-        where = _learner_lines(err.traceback, filename)
-        hint = explain(err.traceback) if explain else None
-        raise ExerciseFailed(
-            _("{exercise}: rank {rank} raised {last}").format(
-                exercise=exercise, rank=err.rank, last=last)
-            + (_(IN_YOUR_CODE).format(where=where) if where else "")
-            + (f"\n{hint}" if hint else "")) from None
-    except (launch.CollectiveTimeout, launch.DeadlineExceeded) as err:
+
+
+def launch_programs(exercise: str, worker, jobs: list, timeout: float = 30.0,
+                    hang_hint: str = "", explain=None, module: str | None = None,
+                    names: list | None = None, **kwargs) -> list:
+    """``launch_program`` for several jobs at once, ``(world_size, args)`` each
+    (``launch.run_concurrently``); return each job's rank results. A failure names
+    its job by ``names[job]`` when given."""
+    kwargs.setdefault("backend", "gloo")
+    timeout = crowding.patience(timeout)
+    with _verdicts(exercise, f"{module or worker.__module__}.py", timeout, hang_hint,
+                   explain, names):
+        return launch.run_concurrently([(worker, n, args) for n, args in jobs],
+                                       timeout=timeout, **kwargs)
+
+
+@contextmanager
+def _verdicts(exercise: str, filename: str, timeout: float, hang_hint: str, explain,
+              names: list | None = None):
+    """Turn a launch's failure into the learner's verdict (``launch_program``)."""
+    try:
+        yield
+    except (launch.WorkerError, launch.CollectiveTimeout,
+            launch.DeadlineExceeded) as err:
+        job = getattr(err, "job", None)
+        if names is not None and job is not None:
+            exercise = f"{exercise} ({names[job]})"
+        if isinstance(err, launch.WorkerError):
+            _raise_worker_error(err, exercise, filename, explain)
         raise ExerciseFailed(_(
             "{exercise}: rank(s) {ranks} waited more than {timeout:g} s for the "
             "others: some rank called a collective (or send/recv) that the others "
@@ -130,6 +143,24 @@ def launch_program(exercise: str, worker, world_size: int = 2, args: tuple = (),
                                             timeout=timeout,
                                             hint=hang_hint).rstrip()
             + crowding.overload_note()) from None   # the crowd may be the cause
+
+
+def _raise_worker_error(err, exercise: str, filename: str, explain) -> None:
+    """Turn a rank's exception into the learner's verdict: not done, or where and why."""
+    if _is_stub(err.traceback):
+        raise ExerciseFailed(_(
+            "{exercise}: not done yet (rank {rank} reached `raise "
+            "NotImplementedError()` in {filename}). Write that function body, "
+            "run its cell, then this one.").format(
+                exercise=exercise, rank=err.rank, filename=filename)) from None
+    last = err.traceback.strip().splitlines()[-1]
+    where = _learner_lines(err.traceback, filename)
+    hint = explain(err.traceback) if explain else None
+    raise ExerciseFailed(
+        _("{exercise}: rank {rank} raised {last}").format(
+            exercise=exercise, rank=err.rank, last=last)
+        + (_(IN_YOUR_CODE).format(where=where) if where else "")
+        + (f"\n{hint}" if hint else "")) from None
 
 
 def first_difference(want: dict, got: dict, atol: float) -> tuple | None:

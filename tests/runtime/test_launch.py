@@ -68,6 +68,27 @@ def return_tensor(ctx):
     return torch.arange(4.0) + ctx.rank
 
 
+def return_tensors_of_every_kind(ctx):
+    return {"plain": torch.arange(6.0).reshape(2, 3), "scalar": torch.tensor(7),
+            "empty": torch.zeros(0, 3), "transposed": torch.arange(6.0).reshape(2, 3).t(),
+            "strided": torch.arange(10)[::2], "bf16": torch.arange(3.0).bfloat16(),
+            "bool": torch.tensor([True, False]), "conj": torch.tensor([1 + 2j]).conj(),
+            "parameter": torch.nn.Parameter(torch.ones(2)),
+            "grad": torch.ones(2, requires_grad=True),
+            "sparse": torch.eye(2).to_sparse(), "nested": [{"x": torch.ones(1)}]}
+
+
+def interval_and_world(ctx, seconds):
+    start = time.monotonic()   # one clock for every process of the machine
+    time.sleep(seconds)
+    dist.barrier()
+    return {"start": start, "end": time.monotonic(), "world": dist.get_world_size()}
+
+
+def harness_preloaded(ctx):
+    return "labkit.labs.capstone.harness" in sys.modules
+
+
 def return_unpicklable(ctx):
     return threading.Lock()
 
@@ -190,6 +211,66 @@ def test_tensor_results_outlive_the_ranks():
     assert not results[1].is_shared()   # not a handle into a dead rank's memory
 
 
+def test_tensors_of_every_kind_come_back_equal():
+    """Does every kind of tensor come back equal and of its type: the fast path
+    (plain CPU tensors as raw bytes) and what goes the plain way?"""
+    want = return_tensors_of_every_kind(None)
+    got = run_gloo(return_tensors_of_every_kind, world_size=1)[0]
+    for name, tensor in want.items():
+        if name == "nested":
+            assert torch.equal(got[name][0]["x"], tensor[0]["x"])
+            continue
+        assert type(got[name]) is type(tensor) and got[name].dtype == tensor.dtype, name
+        assert got[name].requires_grad == tensor.requires_grad, name
+        dense = (lambda t: t.detach().to_dense() if t.is_sparse else t.detach())
+        assert torch.equal(dense(got[name]), dense(tensor)), name
+
+
+def test_concurrent_jobs_run_at_once_each_in_its_own_group(capsys):
+    """Do run_concurrently's jobs overlap in time, each with its own process group
+    and its results in order?"""
+    jobs = [(interval_and_world, 2, (1.0,)), (interval_and_world, 1, (1.0,)),
+            (rank_and_sum, 2, (5,))]
+    first, second, third = launch.run_concurrently(jobs, backend="gloo", timeout=30)
+    assert [r["world"] for r in first] == [2, 2] and second[0]["world"] == 1
+    assert [r["sum"] for r in third] == [6.0, 6.0]
+    assert second[0]["start"] < min(r["end"] for r in first)   # overlapped
+    assert min(r["start"] for r in first) < second[0]["end"]
+    assert capsys.readouterr().out.count("Launching") == 3
+
+
+def test_a_failing_concurrent_job_is_named_and_stops_every_job():
+    """Does a rank's error in one job stop the others' ranks at once, naming the job?"""
+    before = _descendants()
+    start = time.monotonic()
+    with pytest.raises(launch.WorkerError, match="rank one is unhappy") as caught:
+        launch.run_concurrently([(sleep_on_rank_one, 2, (300,)),
+                                 (raise_on_rank_one, 2, ())], backend="gloo",
+                                timeout=30)
+    assert caught.value.job == 1 and caught.value.rank == 1
+    assert time.monotonic() - start < 60   # not the 300 s sleep of job 0
+    time.sleep(0.5)
+    assert _descendants() - before <= _forkserver_pids()
+
+
+def _forkserver_pids() -> set[int]:
+    from multiprocessing import forkserver
+
+    pid = forkserver._forkserver._forkserver_pid
+    return {pid} if pid else set()
+
+
+def test_the_helper_preloads_the_modules_a_labs_ranks_import():
+    """After a lab's room is imported (lab 10's names its harness in RANK_MODULES),
+    does a newly started helper hand its ranks that module already imported?"""
+    from labkit import _forkserver
+    import labkit.labs.capstone  # noqa: F401  the room, as lab 10's setup cell imports it
+
+    _forkserver.stop()   # the next launch starts a helper with the room's preload
+    assert "labkit.labs.capstone.harness" in _forkserver.preload()
+    assert run_gloo(harness_preloaded, world_size=1) == [True]
+
+
 def test_threads_per_rank_is_applied():
     """Does each CPU rank get exactly threads_per_rank threads?"""
     results = run_gloo(rank_and_sum, world_size=1, args=(0,), threads_per_rank=2)
@@ -264,7 +345,7 @@ def test_a_timeout_is_reported_not_the_connection_its_exit_closed():
     ranks = [_FinishedRank(("peer_gone", "RuntimeError: Connection closed by peer")),
              _FinishedRank(("timeout", "RuntimeError: Timed out waiting 3000ms"))]
     with pytest.raises(launch.CollectiveTimeout, match="Rank 1 waited") as caught:
-        launch._collect(ranks, timeout=3, deadline=60, report_every=60)
+        launch._collect([ranks], timeout=3, deadline=60, report_every=60)
     assert "Timed out waiting 3000ms" in str(caught.value)
 
 
@@ -530,14 +611,16 @@ for name in ("_cuda_getDeviceCount", "_cuda_init"):
     setattr(torch._C, name, lambda *a, _real=real, _name=name: calls.append(_name)
             or _real(*a))
 from labkit import _forkserver
-for module in _forkserver.PRELOAD:
+import labkit.labs.capstone   # a room that names its ranks' modules (RANK_MODULES)
+for module in _forkserver.preload():
     importlib.import_module(module)
 print(calls, torch.cuda.is_initialized())
 """
 
 
 def test_forkserver_preload_never_asks_cuda():
-    """Does importing the forkserver's PRELOAD leave CUDA alone (no driver query)?
+    """Does importing the forkserver's preload (lab 10's rank modules included) leave
+    CUDA alone (no driver query)?
 
     Any count or availability check reaches ``_cuda_getDeviceCount`` here (no NVML on
     this machine to answer instead), so none being called means none was made.

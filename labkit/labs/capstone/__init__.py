@@ -13,3 +13,6 @@ and ``planner`` (score a plan, search every legal one), ``published`` (torchtita
 Llama 3's and Megatron-LM's layouts to hold the models against) and ``plan_checks``
 (what the planning exercises' checks judge and explain).
 """
+
+# What every rank of this lab imports: labkit's helper imports it once (_forkserver).
+RANK_MODULES = ["labkit.labs.capstone.harness"]
