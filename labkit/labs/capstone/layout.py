@@ -14,6 +14,7 @@ fc2's t-th block of input features (columns); biases of out and fc2, and the nor
 stay whole.
 """
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 
@@ -165,15 +166,20 @@ def canonical(named: dict, known) -> dict:
     kept inside) or ``module.wte.weight`` (a wrapper) become the known name whose atoms
     they contain in order, when exactly one known name fits; other names stay.
     """
-    known = list(known)
-    found = {}
-    for name, tensor in named.items():
+    names = _canonical_names(tuple(named), tuple(known))
+    return dict(zip(names, named.values()))   # a later tensor of one name wins
+
+
+@functools.lru_cache(maxsize=64)   # a rank asks with the same names at every step
+def _canonical_names(names: tuple, known: tuple) -> tuple:
+    found = []
+    for name in names:
         atoms = name.split(".")
         fits = [k for k in known if k == name or (
             k.split(".")[-1] == atoms[-1] and _subsequence(k.split("."), atoms))]
         exact = name if name in known else None
-        found[exact or (fits[0] if len(fits) == 1 else name)] = tensor
-    return found
+        found.append(exact or (fits[0] if len(fits) == 1 else name))
+    return tuple(found)
 
 
 def layouts(cfg: RunConfig) -> list[RunConfig]:

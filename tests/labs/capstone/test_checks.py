@@ -54,6 +54,28 @@ def test_a_stub_in_another_module_is_named(folder):
         checks.train_3d(str(folder / "gpt3d.py"))
 
 
+def test_the_layouts_run_in_waves_no_larger_than_the_whole_mesh():
+    """Does every layout run exactly once, in waves of at most the mesh's 8 ranks?"""
+    layouts = checks.layout.layouts(checks.CHECK)
+    waves = checks.waves(layouts, checks.CHECK.world_size)
+    assert sorted(cfg.name for wave in waves for cfg in wave) == sorted(
+        cfg.name for cfg in layouts)
+    assert [sum(cfg.world_size for cfg in wave) for wave in waves] == [8, 8, 8, 3]
+
+
+def test_a_layout_that_raises_is_named(folder):
+    """When the Trainer raises on some layouts only, does the verdict say which one,
+    although the layouts run several at a time?"""
+    path = folder / "gpt3d.py"
+    source = path.read_text()
+    raising = ("        self.cfg = cfg\n        if cfg.tp == 1 and cfg.pp == 2:\n"
+               "            raise ValueError('no pipeline without TP')\n")
+    path.write_text(source.replace("        self.cfg = cfg\n", raising, 1))
+    with pytest.raises(ExerciseFailed, match=r"train_3d \(dp=\d tp=1 pp=2\): rank \d "
+                                             r"raised ValueError: no pipeline"):
+        checks.train_3d(str(path))
+
+
 WAIT_THEN_STEP = """        self.buckets.wait()                                   # every bucket, then:
         sync_tied(self.stage, self.groups["pp"])               # pp <= 2: first + last
         self.optimizer.step()"""
