@@ -10,7 +10,7 @@ drop-in, `systemctl edit jupyterhub`):
 - COURSE_GPUS: GPU indices for learners, e.g. "0,1". Unset: every GPU the NVIDIA
   driver shows (/proc/driver/nvidia/gpus, else `nvidia-smi -L`); "" : CPU only. A GPU
   the machine does not have stops the hub at start, with the reason.
-- COURSE_GPUS_PER_USER (1), COURSE_MAX_RANKS (4), COURSE_MAX_THREADS (4),
+- COURSE_GPUS_PER_USER (1), COURSE_MAX_RANKS (8), COURSE_MAX_THREADS (8),
   COURSE_HOME (/opt/course: the read-only install whose labs/ each learner gets a
   copy of, at ~/course/labs, on first start), COURSE_DATA (/srv/course/mnist).
 
@@ -138,8 +138,8 @@ def make_hooks(gpus, environ=os.environ):
 def learner_environment(environ=os.environ) -> dict:
     """What every learner's server gets: the data, and the launcher's caps."""
     return {"LABKIT_DATA": environ.get("COURSE_DATA", "/srv/course/mnist"),
-            "LABKIT_MAX_RANKS": environ.get("COURSE_MAX_RANKS", "4"),
-            "LABKIT_MAX_THREADS": environ.get("COURSE_MAX_THREADS", "4")}
+            "LABKIT_MAX_RANKS": environ.get("COURSE_MAX_RANKS", "8"),
+            "LABKIT_MAX_THREADS": environ.get("COURSE_MAX_THREADS", "8")}
 
 
 if "get_config" in globals():   # run by JupyterHub's config loader, not on import

@@ -318,7 +318,7 @@ def test_tljh_gives_each_user_stable_gpus():
     assert spawner.environment["CUDA_VISIBLE_DEVICES"] == ",".join(
         map(str, gpus_for("no-such-learner", [0, 1])))
     assert config.Spawner.default_url == "/lab/tree/course/labs"
-    assert config.Spawner.environment.get_value({})["LABKIT_MAX_RANKS"] == "4"
+    assert config.Spawner.environment.get_value({})["LABKIT_MAX_RANKS"] == "8"
     assert config.SystemdSpawner.isolate_tmp is True
 
 
@@ -368,7 +368,22 @@ def test_z2jh_profiles_ask_for_gpus_shm_and_culling():
                                                          "mountPath": "/dev/shm"}
     assert values["cull"]["enabled"] and values["cull"]["timeout"] <= 3600
     assert single["image"]["tag"] != "latest"
-    assert single["extraEnv"] == {"LABKIT_MAX_RANKS": "4", "LABKIT_MAX_THREADS": "4"}
+    assert single["extraEnv"] == {"LABKIT_MAX_RANKS": "8", "LABKIT_MAX_THREADS": "8"}
+
+
+def test_the_hub_caps_hold_every_labs_largest_launch():
+    """Do the hub files' per-learner caps let every lab run its largest job (the
+    world_size its setup cell passes to labkit.begin: lab 10's 2 x 2 x 2 mesh is 8)?
+    A cap below it refuses that lab's checks on every learner's server."""
+    sizes = {path.name: int(size) for path in (ROOT / "solutions").glob("*.ipynb")
+             for size in re.findall(r"begin\(world_size=(\d+)", path.read_text())}
+    largest = max(sizes.values())
+    assert largest == sizes["10_capstone.ipynb"] == 8
+    tljh = _tljh({})["learner_environment"]({})
+    z2jh = yaml.safe_load((ROOT / "env/jupyterhub/z2jh-values.yaml").read_text())
+    for caps in (tljh, z2jh["singleuser"]["extraEnv"]):
+        assert int(caps["LABKIT_MAX_RANKS"]) >= largest
+        assert int(caps["LABKIT_MAX_THREADS"]) >= largest   # 1 thread a rank
 
 
 # ---------------------------------------------------------------- the GPU lane
