@@ -68,16 +68,22 @@ def run_together(box, commands: dict, env: dict | None = None, cwd=None,
                  timeout: float = 240.0) -> dict:
     """Start each node's command at once (``{node: argv}``); wait for all of them.
 
-    ``env``: added to every node's environment, or ``{node: {...}}`` per node.
+    ``env``: added to every node's environment, or ``{node: {...}}`` per node. Each
+    node gets a ``TMPDIR`` of its own, removed when the run ends.
     Returns ``{node: NodeRun}``; on timeout every process in the cluster is killed
     and the runs that had not ended have ``returncode`` None.
     """
     per_node = env if env and set(env) <= set(box.nodes) else {
         n: (env or {}) for n in commands}
     start = time.monotonic()
+    # Each node's temp files (torchrun's torchelastic_* folders) go to a folder of its
+    # own in the run's, removed with it.
     with tempfile.TemporaryDirectory(prefix="labkit-nodes-") as logs:
+        for node in commands:
+            Path(logs, f"{node}-tmp").mkdir()
         processes = {node: popen_logged(box, node, argv,
                                          {"OMP_NUM_THREADS": "1",
+                                          "TMPDIR": str(Path(logs, f"{node}-tmp")),
                                           **per_node.get(node, {})},
                                          cwd, Path(logs, f"{node}.log"))
                      for node, argv in commands.items()}

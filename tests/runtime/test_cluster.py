@@ -244,6 +244,22 @@ sys.exit(max(t.wait() for t in tasks))
     assert "parameters identical on every rank: True" in out
 
 
+def test_each_nodes_temp_files_go_with_the_run(can_cluster):
+    """Does each node of run_together write its temp files (torchrun's torchelastic_*
+    folders) in a folder of its own that is gone when the run ends?"""
+    write = ("import tempfile; folder = tempfile.mkdtemp(prefix='torchelastic_'); "
+             "print(folder)")
+    with cluster.Cluster(2, verbose=False) as box:
+        runs = multinode.run_together(box, {n: [sys.executable, "-c", write]
+                                            for n in box.nodes}, timeout=60)
+    multinode.check(runs, "writing a temp folder")
+    folders = [Path(run.output.strip().splitlines()[-1]) for run in runs.values()]
+    assert len(set(folders)) == 2
+    for folder in folders:
+        assert folder.parent.parent.name.startswith("labkit-nodes-")
+        assert not folder.parent.parent.exists()
+
+
 def test_trainjob_command_runs_on_two_pods(can_cluster):
     """The TrainJob's torchrun command in 2 nodes, each with the PET_* variables the
     operator sets on its pod (the pod-0 DNS name as PET_MASTER_ADDR): does it train?"""
