@@ -5,7 +5,7 @@ The helper is multiprocessing's ``forkserver``, told to import torch and labkit
 first (``PRELOAD``, and the modules the open lab's ranks import: ``preload``), so
 every rank starts with them loaded. It holds about half a GiB
 (torch, torch._dynamo, torchvision), which on a classroom server counts once per
-learner: it stops after ``LABKIT_HELPER_IDLE_S`` seconds (default 60) without a
+learner: it stops after ``LABKIT_HELPER_IDLE_S`` seconds (default 900) without a
 launch, and the next launch starts it again, saying so. Its temporary files (torch's
 compile-cache folder, created by importing torch._dynamo) go to a folder of its own,
 removed when it stops; that folder and multiprocessing's socket folder (``pymp-*``)
@@ -29,7 +29,8 @@ import psutil
 from labkit import scratch
 from labkit.messages import _
 
-__all__ = ["PRELOAD", "NVML_CHECK", "IDLE_ENV", "preload", "context", "start", "stop", "in_use"]
+__all__ = ["PRELOAD", "NVML_CHECK", "IDLE_ENV", "preload", "context", "start", "stop",
+           "in_use"]
 
 # Imported once by the forkserver, so each rank starts with them already loaded.
 # torch._dynamo is what the first DistributedDataParallel(...) imports (about 2-3 s
@@ -43,7 +44,10 @@ PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "torchvision", "labkit
            "labkit.data"]
 NVML_CHECK = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 IDLE_ENV = "LABKIT_HELPER_IDLE_S"   # "0": the helper stays until the kernel exits
-IDLE_S = 60.0
+# 15 minutes: a learner between two checks keeps it (starting it costs a check about
+# 3 s on an idle 2-core machine, 11-14 s under a room's load); one who has stepped
+# away gives its memory back. A hub short of memory sets less (INSTRUCTORS.md).
+IDLE_S = 900.0
 FOLDER_ENV = "LABKIT_HELPER_FOLDER"   # set in the helper's environment only
 
 # The forkserver is one per process (multiprocessing's own global), so is this: how

@@ -478,7 +478,7 @@ def warm_up() -> None:
     """Start the helper that preloads torch now, in the background (``run`` would).
 
     Call it in a lab's setup cell: the first launch then finds torch imported. The
-    helper stops by itself after a minute without a launch (``LABKIT_HELPER_IDLE_S``).
+    helper stops by itself after 15 minutes without a launch (``LABKIT_HELPER_IDLE_S``).
     """
     _forkserver.start()
 

@@ -11,6 +11,7 @@ drop-in, `systemctl edit jupyterhub`):
   driver shows (/proc/driver/nvidia/gpus, else `nvidia-smi -L`); "" : CPU only. A GPU
   the machine does not have stops the hub at start, with the reason.
 - COURSE_GPUS_PER_USER (1), COURSE_MAX_RANKS (8), COURSE_MAX_THREADS (8),
+  COURSE_HELPER_IDLE_S (unset: labkit's 900 s),
   COURSE_HOME (/opt/course: the read-only install whose labs/ each learner gets a
   copy of, at ~/course/labs, on first start), COURSE_DATA (/srv/course/mnist).
 
@@ -136,10 +137,14 @@ def make_hooks(gpus, environ=os.environ):
 
 
 def learner_environment(environ=os.environ) -> dict:
-    """What every learner's server gets: the data, and the launcher's caps."""
-    return {"LABKIT_DATA": environ.get("COURSE_DATA", "/srv/course/mnist"),
-            "LABKIT_MAX_RANKS": environ.get("COURSE_MAX_RANKS", "8"),
-            "LABKIT_MAX_THREADS": environ.get("COURSE_MAX_THREADS", "8")}
+    """What every learner's server gets: the data, the launcher's caps, and how long
+    an idle launcher helper stays (when the room sets it: labkit's default is 900 s)."""
+    found = {"LABKIT_DATA": environ.get("COURSE_DATA", "/srv/course/mnist"),
+             "LABKIT_MAX_RANKS": environ.get("COURSE_MAX_RANKS", "8"),
+             "LABKIT_MAX_THREADS": environ.get("COURSE_MAX_THREADS", "8")}
+    if environ.get("COURSE_HELPER_IDLE_S"):
+        found["LABKIT_HELPER_IDLE_S"] = environ["COURSE_HELPER_IDLE_S"]
+    return found
 
 
 if "get_config" in globals():   # run by JupyterHub's config loader, not on import

@@ -384,6 +384,9 @@ def test_the_hub_caps_hold_every_labs_largest_launch():
     for caps in (tljh, z2jh["singleuser"]["extraEnv"]):
         assert int(caps["LABKIT_MAX_RANKS"]) >= largest
         assert int(caps["LABKIT_MAX_THREADS"]) >= largest   # 1 thread a rank
+    assert "LABKIT_HELPER_IDLE_S" not in tljh   # labkit's own default, unless the room
+    short = _tljh({})["learner_environment"]({"COURSE_HELPER_IDLE_S": "60"})   # sets it
+    assert short["LABKIT_HELPER_IDLE_S"] == "60"
 
 
 # ---------------------------------------------------------------- the GPU lane
