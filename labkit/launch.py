@@ -15,7 +15,6 @@ may take.
 
 import contextlib
 import datetime
-import math
 import os
 import pickle
 import re
