@@ -122,10 +122,14 @@ def test_a_jupyter_kernel_leaves_nothing_in_its_temp_folder(tmp_path, now):
 def test_the_helper_stops_when_idle_and_comes_back_saying_so(monkeypatch, capsys):
     """After LABKIT_HELPER_IDLE_S idle seconds, is the forkserver gone (its folder
     too), and does the next launch start it again, saying so once?"""
-    monkeypatch.setenv("LABKIT_HELPER_IDLE_S", "1")
-    launch.run(sleep_then_return, 1, args=(0,), backend="gloo")
+    monkeypatch.setenv("LABKIT_HELPER_IDLE_S", "0")   # up, with no timer, while we look
+    launch.warm_up()
     pid, folder = forkserver._forkserver._forkserver_pid, _forkserver._STATE["folder"]
     assert pid is not None and os.path.isdir(folder)
+    # A launch's end arms the idle timer (on a loaded machine it may fire before this
+    # thread runs again: hence the look above, not after the launch).
+    monkeypatch.setenv("LABKIT_HELPER_IDLE_S", "1")
+    launch.run(sleep_then_return, 1, args=(0,), backend="gloo")
     deadline = time.monotonic() + 30
     while forkserver._forkserver._forkserver_pid is not None:
         assert time.monotonic() < deadline, "the idle helper never stopped"
