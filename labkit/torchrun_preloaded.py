@@ -24,6 +24,7 @@ run the real ``torchrun``, as a learner types it.
 import logging
 import os
 import runpy
+import signal
 import sys
 import traceback
 import uuid
@@ -38,6 +39,12 @@ __all__ = ["main"]
 
 def _run_script(path: str, *argv: str) -> None:
     """A worker: run ``path`` as ``python path argv...`` would."""
+    # A forked worker inherits the agent's handlers, which turn SIGTERM into a Python
+    # exception: one that never runs while the worker is blocked inside C++ (a store
+    # read, gloo's connect), so when another rank fails the agent waits 30 s before
+    # it SIGKILLs this one. A fresh `python script.py` dies at once on SIGTERM.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.argv = [path, *argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     try:
