@@ -90,8 +90,9 @@ def test_ring_and_step_predictions():
 
 
 def test_memcpy_is_measured():
-    """Does the memory-copy probe return a plausible bandwidth (GB/s)?"""
-    assert 0.1 < comm_model.memcpy_gbytes_per_s(2**22, repeats=2) < 1000
+    """Does the memory-copy probe return a bandwidth (GB/s) no machine exceeds?
+    (No lower bound: at load 11 on 2 cores a 4 MiB copy measured 0.097 GB/s.)"""
+    assert 0 < comm_model.memcpy_gbytes_per_s(2**22, repeats=2) < 1000
 
 
 # ---------------------------------------------------------------- hooks and compression
