@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+from labkit.multinode import NO_SHARED_STORE
+
 SHOWS_ITS_WORLD = """
 import json, os, sys
 import torch.distributed as dist
@@ -41,15 +43,14 @@ store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
 store.get("never-written")
 """
 
-# torch 2.14's agent shares its rendezvous store with the ranks across restarts,
-# so a restarted rank can read a dead rank's gloo address (pytorch #135712); lab 09
-# teaches it, and every run of the course turns the sharing off, as here.
-NO_SHARED_STORE = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
 def _run(runner: str, script, *args, extra=()) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", runner, "--standalone", "--local-addr=127.0.0.1",
                "--nproc-per-node=2", *extra, str(script), *map(str, args)]
+    # torch 2.14's agent shares its rendezvous store with the ranks across restarts, so
+    # a restarted rank can read a dead rank's gloo address (pytorch #135712); lab 09
+    # teaches it, and every run of the course turns the sharing off, as here.
     env = {**os.environ, "OMP_NUM_THREADS": "1", **NO_SHARED_STORE,
            "PYTHONPATH": os.pathsep.join(sys.path)}
     return subprocess.run(command, capture_output=True, text=True, timeout=180,

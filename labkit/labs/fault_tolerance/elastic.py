@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from labkit.multinode import NO_SHARED_STORE
+
 __all__ = ["PAUSE_ENV", "KILLED", "TORCHRUN", "PRELOADED", "restart_count",
            "record_start", "pause_if_asked", "starts", "Run", "torchrun_with_kill"]
 
@@ -29,8 +31,8 @@ KILLED = "killed"                    # written in the folder before the kill
 # torch 2.14's torchrun shares its rendezvous TCPStore with the workers by default,
 # and a restarted group can read the dead group's addresses from it (pytorch/pytorch
 # #135712, #167288): gloo then fails with "connectFullMesh failed ... Connection
-# refused". Lab 09 shows the error; every run here turns the sharing off.
-NO_SHARED_STORE = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+# refused". Lab 09 shows the error; every run here turns the sharing off
+# (NO_SHARED_STORE, from labkit.multinode).
 # The runner: the real torchrun (every rank a new Python that imports torch: what a
 # restart costs, which the lab times), or labkit's, whose ranks are forked with torch
 # already imported (the check's, which must answer in seconds on a loaded machine).
