@@ -44,7 +44,6 @@ store.get("never-written")
 """
 
 
-
 def _run(runner: str, script, *args, extra=()) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", runner, "--standalone", "--local-addr=127.0.0.1",
                "--nproc-per-node=2", *extra, str(script), *map(str, args)]
