@@ -15,7 +15,19 @@ from datetime import datetime, timezone
 import requests
 import websocket
 
-__all__ = ["Hub", "Cell", "KernelSession"]
+__all__ = ["Hub", "Cell", "KernelSession", "KERNEL_DIED", "kernel_died"]
+
+
+KERNEL_DIED = ("the kernel died, and the server restarted it with nothing in it: killed "
+               "for memory? (dmesg says 'Out of memory: Killed process')")
+
+
+def kernel_died(message: dict) -> bool:
+    """Is this the server's word that the kernel died? jupyter_server sends a status of
+    "restarting" (it starts a new kernel) or "dead" to every client of the kernel,
+    outside any request, so a cell waiting for its reply would wait for ever."""
+    return (message.get("msg_type") == "status"
+            and message.get("content", {}).get("execution_state") in ("restarting", "dead"))
 
 
 class Hub:
@@ -154,6 +166,8 @@ class KernelSession:
             message = self._receive(start + timeout)
             if message is None:
                 return Cell(index, time.monotonic() - start, "timed out", "".join(text))
+            if kernel_died(message):   # nothing will answer this request now
+                return Cell(index, time.monotonic() - start, KERNEL_DIED, "".join(text))
             if message.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
             kind, content = message["msg_type"], message["content"]

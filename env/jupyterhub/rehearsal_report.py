@@ -33,6 +33,8 @@ def summarise(report: dict, options) -> dict:
         "peak_pss_mib_max": round(max(peak)),
         "peak_rss_mib_max": round(max(v["rss"] for v in report["peak_mib"].values())),
         "learners_with_errors": sorted(errors),
+        # killed (for memory, most often) and restarted empty: the server said so
+        "kernels_died": sorted(n for n, r in learners.items() if "kernel_died_at_cell" in r),
         "cpu_s_median": round(statistics.median(report["cpu_s"].values()), 1),
         "reconnects": sum(r.get("reconnects", 0) for r in learners.values())}
     # A learner's own `!torchrun` listens on every interface (torch has no option to
@@ -62,7 +64,8 @@ def print_report(report: dict) -> None:
     print(f"servers ready in {report['servers_ready_s']} s; finished {s['finished']}/"
           f"{s['learners']}: median {s['median_s']} s, max {s['max_s']} s")
     print(f"per learner: {s['cpu_s_median']} CPU seconds (median); websockets "
-          f"reopened: {s['reconnects']}")
+          f"reopened: {s['reconnects']}; kernels that died: "
+          f"{', '.join(s['kernels_died']) or 'none'}")
     print(f"per learner, MiB: idle PSS median {s['idle_pss_mib_median']}, max "
           f"{s['idle_pss_mib_max']} (RSS max {s['idle_rss_mib_max']}); peak PSS max "
           f"{s['peak_pss_mib_max']} (RSS max {s['peak_rss_mib_max']})")

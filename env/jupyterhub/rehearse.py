@@ -42,7 +42,7 @@ sys.path[:0] = [str(HERE), str(HERE.parents[1]), str(HERE.parents[1] / "tooling"
 import hub_install  # noqa: E402  (this folder's modules, after the path is set)
 import rehearsal_report  # noqa: E402
 import room_audit  # noqa: E402
-from hub_client import Hub, KernelSession  # noqa: E402
+from hub_client import KERNEL_DIED, Hub, KernelSession  # noqa: E402
 from hub_server import make_users, remove_user, running_hub, wait_until  # noqa: E402
 
 ROOT = HERE.parents[1]
@@ -93,6 +93,9 @@ def run_learner(hub: Hub, name: str, lab: str, checks: set, start: threading.Bar
             if cell.error:
                 errors.append({"cell": index, "error": cell.error,
                                "output": cell.text[-1500:]})
+            if cell.error == KERNEL_DIED:   # what it held is gone: the learner stops here
+                result["kernel_died_at_cell"] = index
+                break
         result["seconds"] = round(time.monotonic() - began, 1)
     except Exception as err:   # the learner's browser would show it: record it
         errors.append({"cell": None, "error": f"{type(err).__name__}: {err}"})

@@ -110,3 +110,42 @@ def test_the_report_says_the_verdict(rehearsal):
     """Does the rehearsal's own verdict agree (its exit code is what make uses)?"""
     report, out = rehearsal
     assert report["ok"], out
+
+
+class _FakeKernelSocket:
+    """A kernel websocket that answers nothing but what the server said meanwhile."""
+
+    def __init__(self, messages):
+        self.messages = [json.dumps(m) for m in messages]
+
+    def send(self, text):
+        pass
+
+    def settimeout(self, seconds):
+        pass
+
+    def recv(self):
+        if not self.messages:
+            raise AssertionError("the client read past the kernel's death")
+        return self.messages.pop(0)
+
+
+def test_a_cell_whose_kernel_died_ends_at_once_saying_so():
+    """When the server restarts a killed kernel (out of memory, as at K = 16), the
+    request that was running has no reply ever: the rehearsal's cell must end on the
+    server's status message, not wait out its 900 s."""
+    sys.path.insert(0, str(REHEARSE.parent))
+    try:
+        import hub_client
+    finally:
+        sys.path.remove(str(REHEARSE.parent))
+    restarting = {"msg_type": "status", "parent_header": {}, "channel": "iopub",
+                  "content": {"execution_state": "restarting"}}
+    other = {"msg_type": "stream", "parent_header": {"msg_id": "someone else's"},
+             "content": {"name": "stdout", "text": "not ours"}}
+    session = hub_client.KernelSession(hub=None, name="learner", path="lab.ipynb")
+    session.socket = _FakeKernelSocket([other, restarting])
+    cell = session.run(3, "1 + 1", timeout=900)
+    assert cell.error == hub_client.KERNEL_DIED and cell.seconds < 60
+    assert not hub_client.kernel_died({"msg_type": "status", "parent_header": {},
+                                       "content": {"execution_state": "idle"}})
