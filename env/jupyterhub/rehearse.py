@@ -96,7 +96,8 @@ def run_learner(hub: Hub, name: str, lab: str, checks: set, start: threading.Bar
             if cell.error == KERNEL_DIED:   # what it held is gone: the learner stops here
                 result["kernel_died_at_cell"] = index
                 break
-        result["seconds"] = round(time.monotonic() - began, 1)
+        if "kernel_died_at_cell" not in result:   # else the learner did not finish
+            result["seconds"] = round(time.monotonic() - began, 1)
     except Exception as err:   # the learner's browser would show it: record it
         errors.append({"cell": None, "error": f"{type(err).__name__}: {err}"})
     result["errors"], result["session"] = errors, session

@@ -5,8 +5,9 @@ same moment through their servers' kernel APIs (env/jupyterhub/rehearse.py).
 CI runs K = 2 (LABKIT_HUB_LEARNERS): the same code path as a full rehearsal, two
 learners at once being the least that shows one learner not touching another's
 files, ports or temp folders, in about 6 minutes of CI's 40 (INSTRUCTORS.md,
-"Sizing a room, from a rehearsal"). K = 8 took 805 s per learner here, which does
-not fit: `sudo make rehearse-hub K=8` (or K=16) is the full one, run by hand.
+"Sizing a room, from a rehearsal"). K = 8 took 164 s per learner on this machine
+alone and 805 s beside other work, which does not fit: `sudo make rehearse-hub K=8`
+(or K=16, which this machine's memory does not hold) is the full one, run by hand.
 
 Needs root, npm and a system Python of the course's version (the learners cannot run
 one under /root): elsewhere it skips, saying why; with LABKIT_REQUIRE_CLUSTER=1 (CI,
