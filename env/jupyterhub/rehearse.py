@@ -96,7 +96,7 @@ def run_learner(hub: Hub, name: str, lab: str, checks: set, start: threading.Bar
             if cell.error == KERNEL_DIED:   # what it held is gone: the learner stops here
                 result["kernel_died_at_cell"] = index
                 break
-        if "kernel_died_at_cell" not in result:   # else the learner did not finish
+        else:   # every cell ran: the learner finished
             result["seconds"] = round(time.monotonic() - began, 1)
     except Exception as err:   # the learner's browser would show it: record it
         errors.append({"cell": None, "error": f"{type(err).__name__}: {err}"})
