@@ -153,7 +153,7 @@ class _Guard:
         try:
             return call()
         except RuntimeError as err:
-            if "Timed out" in str(err):
+            if "timed out" in str(err).lower():   # a message, or a bounded wait()
                 self._stuck(f"labkit check: rank {self.rank} waited {self.wait_s:g} s "
                             f"{what}.", from_later)
             if any(gone in str(err) for gone in _GONE):   # gloo closes on a timeout

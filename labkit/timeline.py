@@ -283,8 +283,10 @@ class Watch:
     excluded). On a GPU each boundary synchronises, so the clock is the device's.
     """
 
-    def __init__(self, stage, rank: int = 0, device="cpu", first_index: int = 0):
+    def __init__(self, stage, rank: int = 0, device="cpu", first_index: int = 0,
+                 saved_bytes: bool = True):
         self.stage, self.rank, self.device = stage, rank, torch.device(device)
+        self.saved_bytes = saved_bytes   # False: the order and events only (cheaper)
         self.order, self.events = [], []
         self.held = self.peak_held = self.peak_bytes = 0
         self._index, self._first = 0, first_index
@@ -350,13 +352,15 @@ class Watch:
                        self.stage.register_forward_hook(self._after_forward)]
         self._real_backward, torch.autograd.backward = (torch.autograd.backward,
                                                         self._backward)
-        self._saved = torch.autograd.graph.saved_tensors_hooks(
-            self._pack, lambda held: held.tensor if isinstance(held, _Held) else held)
-        self._saved.__enter__()
+        if self.saved_bytes:
+            self._saved = torch.autograd.graph.saved_tensors_hooks(
+                self._pack, lambda held: held.tensor if isinstance(held, _Held) else held)
+            self._saved.__enter__()
         return self
 
     def __exit__(self, *exc):
-        self._saved.__exit__(*exc)
+        if self._saved is not None:
+            self._saved.__exit__(*exc)
         torch.autograd.backward = self._real_backward
         for hook in self._hooks:
             hook.remove()

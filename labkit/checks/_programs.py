@@ -17,6 +17,7 @@ mistake that explains the difference (``mistake``).
 
 import importlib
 import linecache
+import re
 import subprocess
 import sys
 import traceback
@@ -145,6 +146,18 @@ def _verdicts(exercise: str, filename: str, timeout: float, hang_hint: str, expl
             + crowding.overload_note()) from None   # the crowd may be the cause
 
 
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(: |:?$)")
+
+
+def exception_text(traceback_text: str) -> str:
+    """The exception a traceback ends with, on one line: ``Type: message``, with a
+    message torch spreads over several indented lines joined up."""
+    lines = traceback_text.strip().splitlines()
+    start = next((i for i in range(len(lines) - 1, -1, -1)
+                  if _EXCEPTION_LINE.match(lines[i])), len(lines) - 1)
+    return " ".join(line.strip() for line in lines[start:] if line.strip())
+
+
 def _raise_worker_error(err, exercise: str, filename: str, explain) -> None:
     """Turn a rank's exception into the learner's verdict: not done, or where and why."""
     if _is_stub(err.traceback):
@@ -153,7 +166,7 @@ def _raise_worker_error(err, exercise: str, filename: str, explain) -> None:
             "NotImplementedError()` in {filename}). Write that function body, "
             "run its cell, then this one.").format(
                 exercise=exercise, rank=err.rank, filename=filename)) from None
-    last = err.traceback.strip().splitlines()[-1]
+    last = exception_text(err.traceback)
     where = _learner_lines(err.traceback, filename)
     hint = explain(err.traceback) if explain else None
     raise ExerciseFailed(

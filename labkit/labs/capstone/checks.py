@@ -40,9 +40,17 @@ __all__ = ["use_reference", "solved", "CHECK", "check_batches", "tp_block", "dp_
 
 TOLERANCE = reference.TOLERANCE
 CASES, MARGIN = plan_verdicts.CASES, plan_verdicts.MARGIN   # section 6's cases
-CHECK = layout.RunConfig(model=gpt.GPTConfig(context=16, width=32, num_layers=2,
-                                             num_heads=4),
+# Three blocks: 2 + 1 on two stages (uneven, as a real model's layers often are), and
+# 1 + 1 + 1 on the three-stage layout, whose middle stage holds no wte. q and k start
+# large (attention_std) so that attention is far from uniform: a wrong softmax scale
+# or a missing causal mask moves the numbers far past the tolerance
+# (tests/labs/capstone/test_sensitivity.py).
+CHECK = layout.RunConfig(model=gpt.GPTConfig(context=16, width=32, num_layers=3,
+                                             num_heads=4, attention_std=0.3),
                          dp=2, tp=2, pp=2, num_microbatches=4, bucket_bytes=2**13)
+# The layouts train_3d runs: every subset of the mesh's dimensions switched off, and a
+# pipeline of three stages (a middle stage; uneven stages are in every pp = 2 layout).
+LAYOUTS = layout.layouts(CHECK) + [replace(CHECK, dp=1, tp=1, pp=3)]
 STEPS, BATCH = 3, 8
 GLOO_ONLY = N_("Checked on gloo CPU ranks; on NCCL the same code also needs "
                "device=ctx.device for every buffer it makes.")   # used as _()
@@ -81,7 +89,15 @@ def _tp_problem(rank: int, got: dict, state: dict, inputs: list) -> str | None:
                      hint=hints.tp_input_grad_hint(got, want, tp))
     shards = {name: layout.tp_part(name, grad, rank % 2, tp)
               for name, grad in want["grads"].items()}
-    gap = first_difference(shards, layout.canonical(got["grads"], shards), TOLERANCE)
+    held = layout.canonical(got["grads"], shards)
+    unused = sorted(set(got.get("no_grad", ())) & set(shards))
+    if unused:
+        return _("rank {rank}'s {names} got no gradient: its forward never used it (a "
+                 "bias added on one rank only, before the sum?). The output can still "
+                 "be right, but that copy never learns, and in the 3-D mesh its DP "
+                 "bucket never fires. Add each bias on every rank, once, after the "
+                 "all-reduce.").format(rank=rank, names=", ".join(unused))
+    gap = first_difference(shards, held, TOLERANCE)
     if gap:
         return _("rank {rank}'s gradient of {tensor} differs from its block of the "
                  "whole block's by {gap:.3g}. Keep each shard as a parameter named as "
@@ -158,7 +174,7 @@ def dp_buckets(path="dp_buckets.py") -> None:
                            module=module.__name__, timeout=60, hang_hint=_(
                                "Does every rank launch the same buckets in the same "
                                "order, on the group it was given?"))
-    refs = [reference.train(DP_ONLY, pair_batches) for pair_batches in batches]
+    refs = [evidence.one_process(DP_ONLY, pair_batches) for pair_batches in batches]
     for index, accumulations in enumerate((1, 2)):
         problem = _dp_gap(ranks, batches, refs, index) or hints.dp_behaviour(
             ranks[0], accumulations)
@@ -167,7 +183,7 @@ def dp_buckets(path="dp_buckets.py") -> None:
                                    "{problem}").format(name=name, acc=accumulations,
                                                        problem=problem))
     steps = hints.dp_messages(ranks[0]["comm"], 1)
-    during, total, nbytes = steps[0]
+    during, total, nbytes, _blocking = steps[0]
     passed(name, _("weights equal one process to {tolerance:g} (3 steps, 1 and 2 "
                    "backward passes per step); {total} buckets per step for "
                    "{params} parameters ({kib:.0f} KiB), {during} of them launched "
@@ -184,7 +200,8 @@ PP_ONLY = replace(CHECK, dp=1, tp=1, pp=2)
 def pipeline(path="pp_gpt.py", bound_s: float = 15.0) -> None:
     """Check the learner's Stage, one_f_one_b and sync_tied: two 2-stage pipelines side
     by side train the GPT for 3 steps, m = 4; losses and weights must equal one
-    process, and stage 0 must hold at most 2 micro-batches at once (1F1B)."""
+    process, and each stage must run 1F1B's order of forwards and backwards (lab 05's
+    table: right numbers come from any order)."""
     name = "pipeline"
     module = load_program(path)
     batches = [check_batches(seed) for seed in (0, 1)]
@@ -195,17 +212,17 @@ def pipeline(path="pp_gpt.py", bound_s: float = 15.0) -> None:
     for pair, members in enumerate(pieces.PAIRS["pp"]):
         run = [ranks[r] for r in members]
         problem = evidence.diagnose(PP_ONLY, run, batches[pair],
-                                    reference.train(PP_ONLY, batches[pair]))
+                                    evidence.one_process(PP_ONLY, batches[pair]))
         if problem:
             raise ExerciseFailed(_("{name}: pipeline {pair}: {problem}").format(
                 name=name, pair=members, problem=problem))
+    for rank, got in enumerate(ranks):
+        problem = evidence.order_problem(got["order"], got["pp_rank"], PP_ONLY.pp,
+                                         PP_ONLY.num_microbatches)
+        if problem:
+            raise ExerciseFailed(_("{name}: right numbers, but on rank {rank} {problem}"
+                                   ).format(name=name, rank=rank, problem=problem))
     held = ranks[0]["peak_held"]
-    if held > PP_ONLY.pp:
-        raise ExerciseFailed(_(
-            "{name}: right numbers, but stage 0 held {held} micro-batches' activations "
-            "at once: that is fill-drain (GPipe). 1F1B runs min(p - rank - 1, m) "
-            "forwards, then one forward and one backward in turn, holding at most "
-            "p = {p}.").format(name=name, held=held, p=PP_ONLY.pp))
     passed(name, _("2 stages, m = 4: losses and weights equal one process to "
                    "{tolerance:g} for 3 steps; stage 0 held at most {held} "
                    "micro-batches.").format(tolerance=TOLERANCE, held=held)
@@ -227,8 +244,13 @@ def _dimension_hint(rows: list) -> str:
               if all(getattr(cfg, dim) > 1 for cfg in failing)
               and all(getattr(cfg, dim) == 1 for cfg, problem in rows if not problem)]
     if not blamed:
-        return _("It fails with every dimension switched off too: look at what every "
-                 "layout shares (the micro-batches, the step).")
+        alone = [cfg for cfg, _problem in rows if cfg.world_size == 1]
+        if alone and alone[0] in failing:
+            return _("It fails with every dimension switched off too (one rank): look "
+                     "at what every layout shares (the micro-batches, the step).")
+        return _("No one dimension explains it: {failing} of {total} layouts fail, "
+                 "and the first one's message above names what differs.").format(
+                     failing=len(failing), total=len(rows))
     pieces_of = {"tp": "checks.tp_block(\"tp_gpt.py\")",
                  "dp": "checks.dp_buckets(\"dp_buckets.py\")",
                  "pp": "checks.pipeline(\"pp_gpt.py\")"}
@@ -241,8 +263,8 @@ def _dimension_hint(rows: list) -> str:
 
 def waves(configs: list, most_ranks: int) -> list[list]:
     """Pack layouts into launches that run together, at most ``most_ranks`` ranks each
-    (largest first, each into the first wave with room): 27 ranks in 8 layouts make
-    4 waves of 8, 8, 8 and 3 ranks."""
+    (largest first, each into the first wave with room): the check's 30 ranks in 9
+    layouts make 4 waves of 8, 8, 8 and 6 ranks."""
     packed = []
     for cfg in sorted(configs, key=lambda c: -c.world_size):
         room = next((wave for wave in packed
@@ -255,22 +277,47 @@ def waves(configs: list, most_ranks: int) -> list[list]:
     return packed
 
 
-def train_3d(path="gpt3d.py", bound_s: float = 15.0) -> None:
-    """Check the learner's Trainer on the 2 x 2 x 2 mesh and on every layout with some
-    dimensions switched off (8 layouts, 1 to 8 ranks): losses and weights after each
-    of 3 steps must equal one process.
+def _runnable(layouts: list) -> list:
+    """The layouts asked for, each one the check can run, or a clear refusal."""
+    for cfg in layouts:
+        if not isinstance(cfg, layout.RunConfig):
+            raise ExerciseFailed(_("train_3d: layouts must be layout.RunConfig, e.g. "
+                                   "replace(checks.CHECK, dp=2, tp=1, pp=4); got "
+                                   "{value!r}.").format(value=cfg))
+        if cfg.world_size > CHECK.world_size:
+            raise ExerciseFailed(_("train_3d: {name} needs {n} ranks; the check runs "
+                                   "at most {most} at once. Choose dp x tp x pp <= "
+                                   "{most}.").format(name=cfg.name, n=cfg.world_size,
+                                                     most=CHECK.world_size))
+        if BATCH % (cfg.dp * cfg.num_microbatches):
+            raise ExerciseFailed(_("train_3d: {name} with m = {m}: the check's batch of "
+                                   "{batch} sequences does not split into dp x m = "
+                                   "{parts} equal micro-batches. Choose dp x m dividing "
+                                   "{batch}.").format(name=cfg.name,
+                                                      m=cfg.num_microbatches,
+                                                      batch=BATCH,
+                                                      parts=cfg.dp * cfg.num_microbatches))
+    return layouts
+
+
+def train_3d(path="gpt3d.py", bound_s: float = 15.0, layouts=None) -> None:
+    """Check the learner's Trainer on the 2 x 2 x 2 mesh, on every layout with some
+    dimensions switched off, and on a pipeline of three stages (``LAYOUTS``: 9
+    layouts, 1 to 8 ranks; ``layouts`` to run others, e.g. 2 x 1 x 4 on a 5-block
+    GPT): losses and weights after each of 3 steps must equal one process, each DP
+    replica must read its own share of the batch, and each stage run 1F1B's order.
 
     The layouts run a few at a time (``waves``), as many ranks at once as the whole
     mesh: on a machine shared by a room, 8 ranks at a time get the cores sooner
-    than one or two do, and the check waits for 4 launches, not 8.
+    than one or two do, and the check waits for 4 launches, not 9.
     """
     name = "train_3d"
+    layouts = LAYOUTS if layouts is None else _runnable(list(layouts))
     module = load_program(path)
     batches = check_batches()
-    ref = reference.train(CHECK, batches)
     options = harness.Options(bound_s=bound_s)
     found, start = {}, time.perf_counter()
-    for wave in waves(layout.layouts(CHECK), CHECK.world_size):
+    for wave in waves(layouts, CHECK.world_size):
         results = launch_programs(name, harness.run_trainer,
                                   [(cfg.world_size, (module.__name__, cfg, batches,
                                                      options)) for cfg in wave],
@@ -279,22 +326,31 @@ def train_3d(path="gpt3d.py", bound_s: float = 15.0) -> None:
                                   names=[cfg.name for cfg in wave])
         found.update(zip(wave, results))
     seconds = time.perf_counter() - start
-    rows = [(cfg, evidence.diagnose(cfg, found[cfg], batches, ref))
-            for cfg in layout.layouts(CHECK)]
+    rows = [(cfg, evidence.diagnose(cfg, found[cfg], batches,
+                                    evidence.one_process(cfg, batches)))
+            for cfg in layouts]
     table = "\n".join(f"  {cfg.name} ({cfg.world_size} rank(s)): " + (problem or "✓")
                       for cfg, problem in rows)
     if any(problem for _cfg, problem in rows):
         raise ExerciseFailed(_("{name}: not every layout equals one process:\n{table}\n"
                                "{hint}").format(name=name, table=table,
                                                 hint=_dimension_hint(rows)))
-    full = found[CHECK]
-    first, last = (layout.rank_of(CHECK, layout.Coords(s, 0, 0)) for s in (0, 1))
-    passed(name, _("all 8 layouts equal one process to {tolerance:g} (losses and "
+    passed(name, _("all {count} layouts equal one process to {tolerance:g} (losses and "
                    "every shard, 3 steps), in {seconds:.1f} s:\n{table}\n{gloo}").format(
-                       tolerance=TOLERANCE, seconds=seconds, table=table,
-                       gloo=_(GLOO_ONLY))
-           + _nccl_warning(full[first]["messages"], full[last]["messages"],
-                           (first, last)))
+                       count=len(layouts), tolerance=TOLERANCE, seconds=seconds,
+                       table=table, gloo=_(GLOO_ONLY))
+           + _pipeline_warning(layouts, found))
+
+
+def _pipeline_warning(layouts: list, found: dict) -> str:
+    """The NCCL replay of the first pipeline pair of the largest layout with pp > 1."""
+    piped = [cfg for cfg in layouts if cfg.pp > 1]
+    if not piped:
+        return ""
+    cfg = max(piped, key=lambda c: c.world_size)
+    first, second = (layout.rank_of(cfg, layout.Coords(s, 0, 0)) for s in (0, 1))
+    return _nccl_warning(found[cfg][first]["messages"], found[cfg][second]["messages"],
+                         (first, second))
 
 
 def plans(choose_plans) -> None:

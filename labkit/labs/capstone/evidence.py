@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 import torch
 
+from labkit import pipeline
 from labkit.checks._programs import first_difference
 from labkit.labs.capstone import layout, reference
 from labkit.messages import _
 
 __all__ = ["Gap", "first_gap", "names_problem", "scale_of", "replicas_differ",
-           "loss_hint", "diagnose"]
+           "loss_hint", "order_problem", "reading_problem", "one_process", "diagnose"]
 
 
 @dataclass(frozen=True)
@@ -100,17 +101,140 @@ def names_problem(cfg, ranks: list, start: dict) -> str | None:
     return None
 
 
+def one_f_one_b(p: int, m: int, stage: int) -> list:
+    """Stage ``stage``'s 1F1B order of p stages and m micro-batches: [("F", 0), ...]
+    (lab 05's table, ``labkit.pipeline``)."""
+    return [(a.kind, a.microbatch) for a in pipeline.orders("1f1b", p, m)[stage]]
+
+
+def _most_held(order: list) -> int:
+    held = most = 0
+    for kind, _microbatch in order:
+        held += 1 if kind == "F" else -1
+        most = max(most, held)
+    return most
+
+
+def order_problem(order: list, stage: int, p: int, m: int) -> str | None:
+    """Say how a stage's order of forwards and backwards (timeline.Watch's) differs
+    from 1F1B's (None: it is 1F1B)."""
+    want = one_f_one_b(p, m, stage)
+    if not order or order == want:
+        return None
+    warmup = min(p - stage - 1, m)
+    held = _most_held(order)
+    if held == m and m > p - stage:
+        kind = _("that is fill-drain (GPipe)")
+    elif held < min(p - stage, m):
+        kind = _("too few warm-up forwards: the stages wait for each other, one "
+                 "micro-batch at a time")
+    else:
+        kind = _("another order than 1F1B's")
+    text = " ".join(f"{k}{i}" for k, i in order)
+    return _("stage {stage} of {p} ran {got} (at most {held} micro-batches' "
+             "activations held at once): {kind}. 1F1B runs min(p - stage - 1, m) = "
+             "{warmup} warm-up forward(s), then one forward and one backward in turn, "
+             "then the cool-down backwards: {want} (lab 05's table), holding at most "
+             "{most}.").format(stage=stage, p=p, got=text, held=held, kind=kind,
+                              warmup=warmup, most=min(p - stage, m),
+                              want=" ".join(f"{k}{i}" for k, i in want))
+
+
+def _schedule_problem(cfg, ranks: list) -> str | None:
+    if cfg.pp == 1:
+        return None   # one stage: micro-batches are plain gradient accumulation
+    for rank, got in enumerate(ranks):
+        stage = layout.coords(cfg, rank).pp
+        for order in got.get("orders", []):
+            problem = order_problem(order, stage, cfg.pp, cfg.num_microbatches)
+            if problem:
+                return _("rank {rank}: {problem}").format(rank=rank, problem=problem)
+    return None
+
+
+def reading_problem(cfg, ranks: list, batches) -> str | None:
+    """Say how the token micro-batches the first stages read differ from each DP
+    replica's own share of the batch, cut into m (None: right, or not seen)."""
+    m, rows = cfg.num_microbatches, batches.shape[1]
+    size = rows // (cfg.dp * m)
+    for step, batch in enumerate(batches):
+        inputs, owner = batch[:, :-1], {}
+        for dp_rank in range(cfg.dp):
+            rank = layout.rank_of(cfg, layout.Coords(0, dp_rank, 0))
+            read = ranks[rank].get("read", [])
+            if step >= len(read) or not read[step]:
+                return None   # the stage never saw the tokens as its input
+            shapes = {tuple(mb.shape) for mb in read[step]}
+            if len(read[step]) != m or shapes != {(size, inputs.shape[1])}:
+                whole = _(" (every replica read the whole batch?)") if any(
+                    shape[0] == rows // m for shape in shapes) and cfg.dp > 1 else ""
+                return _("rank {rank} (DP rank {dp_rank} of {dp}) read {count} "
+                         "micro-batch(es) of shape {shapes} in step {step}; each DP "
+                         "replica takes its own {share} of the batch's {rows} "
+                         "sequences (tokens.chunk(dp)[dp_rank]) and cuts them into m = "
+                         "{m} micro-batches of ({size}, {seq}): inputs w[:, :-1], "
+                         "targets w[:, 1:].{whole}").format(
+                             rank=rank, dp_rank=dp_rank, dp=cfg.dp,
+                             count=len(read[step]), shapes=sorted(shapes), step=step,
+                             share=rows // cfg.dp, rows=rows, m=m, size=size,
+                             seq=inputs.shape[1], whole=whole)
+            for mb in read[step]:
+                for row in mb:
+                    where = (inputs == row).all(dim=1).nonzero().flatten().tolist()
+                    index = where[0] if where else None
+                    if index in owner and owner[index] != dp_rank:
+                        return _("DP ranks {a} and {b} both trained on sequence {row} "
+                                 "of step {step}'s batch: each replica takes a "
+                                 "disjoint share, tokens.chunk(dp)[dp_rank] with its "
+                                 "own rank on the DP group.").format(
+                                     a=owner[index], b=dp_rank, row=index, step=step)
+                    owner[index] = dp_rank
+        if None in owner or len(owner) != rows:
+            return _("in step {step} the DP replicas read {count} of the batch's {rows} "
+                     "sequences: together their shares must make the whole batch."
+                     ).format(step=step, count=len(owner.keys() - {None}), rows=rows)
+    return None
+
+
+def _no_grad_problem(ranks: list) -> str | None:
+    for rank, got in enumerate(ranks):
+        if got.get("no_grad"):
+            return _("rank {rank}'s {names} got no gradient: this rank holds it but its "
+                     "forward never used it (a bias added on one rank only?). Its "
+                     "copies on the other ranks then step differently, and a DP bucket "
+                     "holding it never fires. Use every parameter on every rank: add "
+                     "a TP bias on each rank, after the all-reduce.").format(
+                         rank=rank, names=", ".join(got["no_grad"]))
+    return None
+
+
 def _equal_run(cfg, ranks: list, ref: dict) -> bool:
     return all(first_difference(layout.shard(ref["weights"][-1], cfg, rank),
                                 got["snapshots"][-1], reference.TOLERANCE) is None
                for rank, got in enumerate(ranks))
 
 
+_ONE_PROCESS: dict = {}   # (run, scale, batches) -> reference.train's result
+
+
+def one_process(cfg, batches, scale: float = 1.0) -> dict:
+    """``reference.train`` of ``cfg``'s model and optimizer on ``batches``, with the
+    learning rate times ``scale``, computed once: every layout of a check, and every
+    hint that asks "k x the gradients?", shares it (the mesh does not change it)."""
+    run = (cfg.model, cfg.optimizer, cfg.lr, cfg.momentum)
+    key = (run, float(scale), batches.shape, hash(batches.numpy().tobytes()))
+    if key not in _ONE_PROCESS:
+        if len(_ONE_PROCESS) > 32:
+            _ONE_PROCESS.clear()
+        _ONE_PROCESS[key] = reference.train(cfg, batches, scale)
+    return _ONE_PROCESS[key]
+
+
 def scale_of(cfg, ranks: list, batches, candidates: list) -> float | None:
     """Return the k of ``candidates`` for which the run equals one process trained
     with k x the learning rate (gradients k times too large), or None."""
     for scale in candidates:
-        if scale != 1 and _equal_run(cfg, ranks, reference.train(cfg, batches, scale)):
+        if scale != 1 and _equal_run(cfg, ranks, one_process(cfg, batches, scale)):
             return scale
     return None
 
@@ -144,6 +268,11 @@ def loss_hint(cfg, ranks: list, ref: dict, step: int, batches) -> str | None:
                  "the batch's. All-reduce the loss over the DP group and divide by "
                  "dp = {dp}.").format(dp=cfg.dp)
     m = cfg.num_microbatches
+    if m > 1 and all(abs(m * value - want) <= reference.TOLERANCE * want
+                     for value in got):
+        return _("The loss is 1/{m} of the batch's: each micro-batch's loss was "
+                 "divided by m = {m} (right, for its backward) and the sum divided by m "
+                 "again. Return the sum of the loss_i / m.").format(m=m)
     if not all(abs(value - m * want) <= reference.TOLERANCE * m * want
                for value in got):
         return None
@@ -168,7 +297,7 @@ def _tied_copies_differ(cfg, ranks: list, step: int) -> bool:
     return False
 
 
-def _weights_hint(cfg, ranks: list, batches, gap: Gap) -> str | None:
+def _weights_hint(cfg, ranks: list, batches, gap: Gap, ref: dict) -> str | None:
     m = cfg.num_microbatches
     scale = scale_of(cfg, ranks, batches, [float(cfg.dp), float(m), float(cfg.dp * m)])
     if scale == cfg.dp * m and cfg.dp > 1:
@@ -192,22 +321,63 @@ def _weights_hint(cfg, ranks: list, batches, gap: Gap) -> str | None:
                  "gradient has two parts, the first stage's lookup and the last "
                  "stage's output layer; sync_tied must add them up on both, after "
                  "the DP buckets are waited for.")
+    if gap.what == "wte.weight" and cfg.pp > 1 and _only_wte_differs(cfg, ranks, ref, gap):
+        return _("both copies of the tied wte agree, but took the wrong step, and every "
+                 "other weight is right: its two gradients (the first stage's lookup, "
+                 "the last stage's output layer) must be ADDED (all_reduce with SUM "
+                 "over the first and the last stage), not averaged, and not one "
+                 "copied over the other.")
     return None
+
+
+def _only_wte_differs(cfg, ranks: list, ref: dict, gap: Gap) -> bool:
+    for rank, got in enumerate(ranks):
+        want = layout.shard(ref["weights"][gap.step], cfg, rank)
+        held = {k: v for k, v in got["snapshots"][gap.step].items() if k != "wte.weight"}
+        want.pop("wte.weight", None)
+        if first_difference(want, held, reference.TOLERANCE) is not None:
+            return False
+    return True
 
 
 def diagnose(cfg, ranks: list, batches, ref: dict) -> str | None:
     """Say where a run on ranks first differs from one process, and the classic
-    mistake the numbers point to; None when it equals one process."""
-    problem = names_problem(cfg, ranks, ref["start"])
+    mistake the numbers point to; None when it equals one process.
+
+    Equal numbers are not enough: every DP replica must read its own share of the
+    batch (training each on the whole batch gives the same numbers, dp times the
+    work), and a pipeline must run 1F1B's order (no warm-up gives the same numbers,
+    one stage at a time)."""
+    problem = (names_problem(cfg, ranks, ref["start"])
+               or reading_problem(cfg, ranks, batches)
+               or _schedule_problem(cfg, ranks))
     if problem:
         return problem
     gap = first_gap(cfg, ranks, ref)
     if gap is None:
         return None
+    unused = _no_grad_problem(ranks)
+    if unused:
+        return f"{gap.text()}: {unused}"
     if gap.what == "loss":
-        hint = loss_hint(cfg, ranks, ref, gap.step, batches) or (
-            _("The forward pass already differs (the loss of step {step}).").format(
-                step=gap.step))
+        hint = loss_hint(cfg, ranks, ref, gap.step, batches) or _reported_loss_hint(
+            cfg, ranks, ref, gap.step)
         return f"{gap.text()}. {hint}"
-    hint = _weights_hint(cfg, ranks, batches, gap)
+    hint = _weights_hint(cfg, ranks, batches, gap, ref)
     return f"{gap.text()}: {hint}" if hint else gap.text()
+
+
+def _reported_loss_hint(cfg, ranks: list, ref: dict, step: int) -> str:
+    """A wrong loss: is it only the number returned (the weights are right)?"""
+    weights_right = all(
+        first_difference(layout.shard(ref["weights"][step], cfg, rank),
+                         got["snapshots"][step], reference.TOLERANCE) is None
+        for rank, got in enumerate(ranks))
+    if weights_right:
+        return _("Every weight after the step equals one process, so forward and "
+                 "backward are right: only the loss returned is off. Return the global "
+                 "batch's mean: on the last stage the sum of the micro-batches' "
+                 "loss_i / m (each already divided by m once), then the DP replicas' "
+                 "mean.")
+    return _("The forward pass already differs (the loss of step {step}).").format(
+        step=step)

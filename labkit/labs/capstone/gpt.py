@@ -31,6 +31,11 @@ class GPTConfig:
     num_layers: int = 4
     num_heads: int = 4
     seed: int = 0
+    # The spread of q's and k's weights at initialisation. GPT-2's 0.02 makes attention
+    # nearly uniform at first, so a softmax scale off by sqrt(2), or a missing causal
+    # mask, barely moves the numbers; lab 10's checks draw them larger (0.3: scores of
+    # a few units) so that every such mistake shows far above the tolerance.
+    attention_std: float = 0.02
 
     def __post_init__(self):
         for name in ("vocab_size", "context", "width", "num_layers", "num_heads"):
@@ -38,6 +43,9 @@ class GPTConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(_("GPTConfig.{name} must be a positive integer, got "
                                    "{value!r}.").format(name=name, value=value))
+        if not isinstance(self.attention_std, (int, float)) or not self.attention_std > 0:
+            raise ValueError(_("GPTConfig.attention_std must be a positive number, got "
+                               "{value!r}.").format(value=self.attention_std))
         if self.width % self.num_heads:
             raise ValueError(_("width = {width} does not split into num_heads = "
                                "{heads} heads of equal size.").format(
@@ -56,12 +64,16 @@ class Attention(nn.Module):
         self.num_heads, self.head_dim = num_heads, width // num_heads
         self.q, self.k, self.v = (nn.Linear(width, width) for _ in range(3))
         self.out = nn.Linear(width, width)
+        # What the checks' hints change to recognise a classic mistake: another
+        # softmax scale (None: 1/sqrt(head_dim)), or no causal mask.
+        self.scale, self.causal = None, True
 
     def forward(self, x):
         batch, seq, _ = x.shape                                       # (B, T, C)
         q, k, v = (proj(x).view(batch, seq, -1, self.head_dim).transpose(1, 2)
                    for proj in (self.q, self.k, self.v))              # (B, h, T, hs)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal,
+                                           scale=self.scale)
         y = y.transpose(1, 2).reshape(batch, seq, -1)                 # (B, T, h*hs)
         return self.out(y)                                            # (B, T, C)
 
@@ -122,6 +134,8 @@ def _initialise(model: GPT) -> None:
             nn.init.normal_(param, std=0.02)
         elif name.endswith(("attn.out.weight", "mlp.fc2.weight")):
             nn.init.normal_(param, std=residual_std)   # the projections into x
+        elif name.endswith(("attn.q.weight", "attn.k.weight")):
+            nn.init.normal_(param, std=model.cfg.attention_std)
         elif param.dim() == 2:
             nn.init.normal_(param, std=0.02)
 

@@ -103,7 +103,7 @@ def recorders(ctx, options: Options, stack: ExitStack):
     if options.bound_s and ctx.backend == "gloo":
         guard = stack.enter_context(p2p.bounded(ctx.rank, options.bound_s, messages))
     recorder = Recorder(lazy=options.lazy, p2p=guard is None and options.p2p,
-                        messages=messages, uncoalesced=guard is not None)
+                        messages=messages, uncoalesced=guard is not None, guard=guard)
     stack.enter_context(recorder.active())
     return recorder, guard, messages
 
@@ -125,14 +125,32 @@ def _state_bytes(trainer) -> dict:
             "optimizer states": _nbytes(states)}
 
 
-def _one_step(trainer, module_name, tokens, options, found, ctx):
-    """Run one trainer.step, inside a timeline.Watch when memory is measured."""
-    if not options.memory:
-        return call_learner(trainer.step, module_name, tokens)
-    with timeline.Watch(trainer.stage, ctx.rank, ctx.device) as watch:
-        loss = call_learner(trainer.step, module_name, tokens)
-    found["activations"] = max(found.get("activations", 0), watch.peak_bytes)
-    found["held"] = max(found.get("held", 0), watch.peak_held)
+def _one_step(trainer, module_name, tokens, options, found, ctx, cfg):
+    """Run one trainer.step inside a timeline.Watch: the order of the stage's
+    forwards and backwards (and, when memory is measured, its bytes); note the tokens
+    the stage read (first stage) and the parameters left with no gradient."""
+    read = []
+
+    def note_tokens(_module, args):
+        if args and torch.is_tensor(args[0]) and not args[0].is_floating_point():
+            read.append(args[0].detach().cpu().clone())   # the first stage's input
+
+    hook = trainer.stage.register_forward_pre_hook(note_tokens)
+    try:
+        with timeline.Watch(trainer.stage, ctx.rank, ctx.device,
+                            saved_bytes=options.memory) as watch:
+            loss = call_learner(trainer.step, module_name, tokens)
+    finally:
+        hook.remove()
+    found["orders"].append(watch.order)
+    found["read"].append(read)
+    found["no_grad"] = sorted(set(found["no_grad"]) | {
+        name for name, p in layout.canonical(
+            dict(trainer.stage.named_parameters()), _known_names(cfg)).items()
+        if p.requires_grad and p.grad is None})
+    if options.memory:
+        found["activations"] = max(found.get("activations", 0), watch.peak_bytes)
+        found["held"] = max(found.get("held", 0), watch.peak_held)
     return loss
 
 
@@ -143,11 +161,14 @@ def run_trainer(ctx, module_name: str, cfg, batches: torch.Tensor,
 
     Returns this rank's losses, its weights after every step (``snapshots``) or only
     at the end (``weights``), seconds per step after ``warmup``, the collectives
-    (``comm``), the messages (``messages``) and how many buckets were never waited
-    for (``unwaited``).
+    (``comm``), the messages (``messages``), how many buckets were never waited
+    for (``unwaited``), the stage's order of forwards and backwards in each step
+    (``orders``, timeline.Watch's), the token micro-batches it read (``read``: the
+    first stage's inputs) and the parameters that never got a gradient (``no_grad``).
     """
     logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
-    found = {"rank": ctx.rank, "losses": [], "snapshots": [], "unwaited": 0}
+    found = {"rank": ctx.rank, "losses": [], "snapshots": [], "unwaited": 0,
+             "orders": [], "read": [], "no_grad": []}
     with ExitStack() as stack:
         recorder, guard, messages = recorders(ctx, options, stack)
         module = importlib.import_module(module_name)
@@ -164,7 +185,7 @@ def run_trainer(ctx, module_name: str, cfg, batches: torch.Tensor,
                 for group in trainer.optimizer.param_groups:
                     group["lr"] = options.lr[step]
             loss = _one_step(trainer, module_name, tokens.to(ctx.device), options,
-                             found, ctx)
+                             found, ctx, cfg)
             found["unwaited"] += recorder.flush()
             found["losses"].append(None if loss is None else float(loss))
             if options.snapshots:

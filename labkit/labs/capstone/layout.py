@@ -7,7 +7,8 @@ so rank = (pp_rank * dp + dp_rank) * tp + tp_rank. On 8 ranks (2 x 2 x 2): TP pa
 [0, 2] [1, 3] [4, 6] [5, 7], pipeline pairs [0, 4] [1, 5] [2, 6] [3, 7].
 
 ``shard`` cuts the whole GPT's tensors the way every layout must hold them: stage s
-keeps blocks s*L/pp ... (s+1)*L/pp - 1, the embeddings ``wte`` and ``wpe`` on the first
+keeps its consecutive share of the L blocks (L // pp each, the first L % pp stages one
+more, as exercise 10.5 counts them), the embeddings ``wte`` and ``wpe`` on the first
 stage, ``ln_f`` and a copy of the tied ``wte`` on the last; inside a block, TP rank t
 keeps q, k, v and fc1's t-th block of output features (rows: whole heads) and out and
 fc2's t-th block of input features (columns); biases of out and fc2, and the norms,
@@ -19,10 +20,11 @@ import itertools
 from dataclasses import dataclass, field
 
 from labkit.labs.capstone.gpt import GPTConfig
+from labkit.labs.capstone.plan_costs import layers_per_stage
 from labkit.messages import _
 
 __all__ = ["RunConfig", "Coords", "coords", "rank_of", "group_ranks", "stage_blocks",
-           "tp_part", "shard", "assemble", "canonical", "layouts"]
+           "blocks_of_stage", "tp_part", "shard", "assemble", "canonical", "layouts"]
 
 DIMS = ("pp", "dp", "tp")
 _ROWS = ("attn.q.weight", "attn.q.bias", "attn.k.weight", "attn.k.bias",
@@ -51,10 +53,11 @@ class RunConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(_("RunConfig.{name} must be a positive integer, got "
                                    "{value!r}.").format(name=name, value=value))
-        if self.model.num_layers % self.pp:
-            raise ValueError(_("{layers} blocks do not split into pp = {pp} equal "
-                               "stages.").format(layers=self.model.num_layers,
-                                                 pp=self.pp))
+        if self.model.num_layers < self.pp:
+            raise ValueError(_("{layers} blocks cannot fill pp = {pp} pipeline stages: "
+                               "every stage needs at least one block. Use pp <= "
+                               "{layers}, or a GPTConfig with more layers.").format(
+                                   layers=self.model.num_layers, pp=self.pp))
         if self.model.num_heads % self.tp:
             raise ValueError(_("{heads} heads do not split over tp = {tp} ranks."
                                ).format(heads=self.model.num_heads, tp=self.tp))
@@ -100,9 +103,18 @@ def group_ranks(cfg: RunConfig, rank: int, dim: str) -> list[int]:
 
 
 def stage_blocks(cfg: RunConfig, pp_rank: int) -> range:
-    """Return the indices of the blocks pipeline stage ``pp_rank`` holds."""
-    per_stage = cfg.model.num_layers // cfg.pp
-    return range(pp_rank * per_stage, (pp_rank + 1) * per_stage)
+    """Return the indices of the blocks pipeline stage ``pp_rank`` holds: L // pp
+    each, and one more on each of the first L % pp stages (3 blocks on 2 stages: 0-1
+    and 2)."""
+    return blocks_of_stage(cfg.model.num_layers, cfg.pp, pp_rank)
+
+
+def blocks_of_stage(num_layers: int, pp: int, pp_rank: int) -> range:
+    """The blocks stage ``pp_rank`` of ``pp`` holds of ``num_layers`` (see
+    ``stage_blocks``)."""
+    counts = layers_per_stage(num_layers, pp)   # the planner's rule (exercise 10.5)
+    start = sum(counts[:pp_rank])
+    return range(start, start + counts[pp_rank])
 
 
 def _on_stage(cfg: RunConfig, name: str, pp_rank: int) -> bool:

@@ -56,7 +56,9 @@ def run_tp_block(ctx, module_name: str, cfg, state: dict, inputs: list) -> dict:
         recorder.phase = "backward"
         (out * probe(out.shape).to(ctx.device)).sum().backward()
     return {"out": out.detach().cpu(), "x_grad": x.grad.cpu(),
-            "grads": _block_grads(block), "comm": recorder.log}
+            "grads": _block_grads(block), "comm": recorder.log,
+            "no_grad": [name for name, p in block.named_parameters()
+                        if p.requires_grad and p.grad is None]}
 
 
 def probe(shape, seed: int = 1) -> torch.Tensor:

@@ -7,6 +7,11 @@ from a formula). ``Recorder`` replaces ``all_reduce`` (and, when asked,
 ``distributed_c10d``, and marks where each ``batch_isend_irecv`` begins and ends, so
 that ``nccl_order`` can see which messages travelled together.
 
+Under ``p2p.bounded`` (``guard``) a blocking all-reduce waits as long as a message
+may, then stops naming its group: a group that holds a rank which never calls it
+(a tied embedding all-reduced over a whole pipeline whose middle stages hold none)
+becomes a verdict, not a hang.
+
 ``lazy=True`` (the checks) holds back every asynchronous all-reduce until its handle
 is waited for, as a network slow enough would: a program that steps its optimizer
 before waiting for a bucket then always steps on un-averaged gradients, instead of
@@ -106,8 +111,9 @@ class Recorder:
     """
 
     def __init__(self, lazy: bool = False, p2p: bool = False, messages=None,
-                 uncoalesced: bool = False):
+                 uncoalesced: bool = False, guard=None):
         self.lazy, self.p2p, self.uncoalesced = lazy, p2p, uncoalesced
+        self.guard = guard   # p2p.bounded's: a blocking all-reduce is bounded too
         self.log, self.messages = [], [] if messages is None else messages
         self.phase = None
         self._pending: list[_Deferred] = []
@@ -121,6 +127,14 @@ class Recorder:
     def _all_reduce(self, real):
         def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
             self._note("all_reduce", tensor, group, async_op)
+            if not async_op and self.guard is not None:
+                # A rank of the group that never calls it would hang the others: wait
+                # as long as a bounded message, then say so, naming the group.
+                work = real(tensor, op=op, group=group, async_op=True)
+                self.guard.wait(work, f"in dist.all_reduce over ranks "
+                                      f"{list(group_of(group))}, which a rank of that "
+                                      f"group never called")
+                return None
             if not (async_op and self.lazy):
                 return real(tensor, op=op, group=group, async_op=async_op)
             deferred = _Deferred(self, lambda: real(tensor, op=op, group=group,

@@ -10,6 +10,7 @@ machine must not turn a slow message into a "stuck" verdict.
 """
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -56,11 +57,11 @@ def test_a_stub_in_another_module_is_named(folder):
 
 def test_the_layouts_run_in_waves_no_larger_than_the_whole_mesh():
     """Does every layout run exactly once, in waves of at most the mesh's 8 ranks?"""
-    layouts = checks.layout.layouts(checks.CHECK)
+    layouts = checks.LAYOUTS
     waves = checks.waves(layouts, checks.CHECK.world_size)
     assert sorted(cfg.name for wave in waves for cfg in wave) == sorted(
         cfg.name for cfg in layouts)
-    assert [sum(cfg.world_size for cfg in wave) for wave in waves] == [8, 8, 8, 3]
+    assert [sum(cfg.world_size for cfg in wave) for wave in waves] == [8, 8, 8, 6]
 
 
 def test_a_layout_that_raises_is_named(folder):
@@ -77,7 +78,7 @@ def test_a_layout_that_raises_is_named(folder):
 
 
 WAIT_THEN_STEP = """        self.buckets.wait()                                   # every bucket, then:
-        sync_tied(self.stage, self.groups["pp"])               # pp <= 2: first + last
+        sync_tied(self.stage, self.tied_group)                # first + last stage
         self.optimizer.step()"""
 TP_PROJECTION = """        partial = F.linear(y, self.out.weight)               # (B, T, C): a partial sum
         return ReduceFromParallel.apply(partial, self.group) + self.out.bias"""
@@ -103,7 +104,7 @@ CLASSIC = {   # the issue's five classic mistakes: (module, replacements, the hi
                        "        x = x + self.wpe(torch.arange(x.shape[1], device=x.device))")],
         r"holds the position embedding wpe(.|\n)*Every layout with pp > 1"),
     "a bucket waited after the optimizer step": (
-        "gpt3d.py", [(WAIT_THEN_STEP, """        sync_tied(self.stage, self.groups["pp"])
+        "gpt3d.py", [(WAIT_THEN_STEP, """        sync_tied(self.stage, self.tied_group)
         self.optimizer.step()
         self.buckets.wait()""")],
         r"replicas of one shard now hold different weights(.|\n)*BEFORE optimizer.step"),
@@ -151,7 +152,7 @@ PIECE_MISTAKES = {   # mistakes each piece's own check names
                            "            flat = torch.cat([p.grad.flatten() for p in bucket])\n"
                            "            work = dist.all_reduce(flat, group=self.group, "
                            "async_op=True)\n")],
-        "0 of 9 all-reduces started during backward"),
+        "0 of 13 all-reduces started during backward"),
     "PP: the tied embedding's gradient not summed": (
         "pp_gpt.py", [("        dist.all_reduce(stage.wte.weight.grad, group=group)",
                        "        pass")], "copies of the tied wte disagree"),
@@ -177,7 +178,8 @@ def test_gpipe_order_is_not_1f1b(folder):
         ("        out = forward(i, x)\n        _exchange([(out.detach(), after)], [], group)",
          "        out = forward(i, x)\n        if not stage.last:\n"
          "            _exchange([(out.detach(), after)], [], group)")])
-    with pytest.raises(ExerciseFailed, match="held 4 micro-batches(.|\n)*fill-drain"):
+    with pytest.raises(ExerciseFailed, match="4 micro-batches' activations held at once"
+                                             r"\): that is fill-drain"):
         checks.pipeline(str(path))
 
 
@@ -227,3 +229,104 @@ def test_alternative_solution_passes(folder, capsys, alternative, module, with_3
     out = capsys.readouterr().out
     assert out.count("✅") == (2 if with_3d and module != "gpt3d.py" else 1)
     assert "deadlock" not in out
+
+
+# Issue 38's mistakes: each runs, and equal numbers alone would not catch the first
+# three; every one is rejected with the hint that names it.
+STEP_SHARE = "        mine = tokens.chunk(cfg.dp)[self.dp_rank]             # this replica's share"
+NO_WARMUP = [("    warmup = min(size - rank - 1, m)", "    warmup = 0")]
+MORE_MISTAKES = {
+    "3-D: every DP replica trains on the whole batch": (
+        "gpt3d.py", [(STEP_SHARE, "        mine = tokens")],
+        checks.train_3d, r"every replica read the whole batch"),
+    "3-D: every DP replica trains on the first share": (
+        "gpt3d.py", [(STEP_SHARE, "        mine = tokens.chunk(cfg.dp)[0]")],
+        checks.train_3d, r"DP ranks 0 and 1 both trained on sequence"),
+    "3-D: whole windows fed, not w[:, :-1]": (
+        "gpt3d.py", [("microbatches = [(w[:, :-1], w[:, 1:]) for w in "
+                      "mine.chunk(cfg.num_microbatches)]",
+                      "microbatches = [(w, w[:, 1:]) for w in "
+                      "mine.chunk(cfg.num_microbatches)]")],
+        checks.train_3d, r"inputs are w\[:, :-1\]"),
+    "3-D: the loss reported divided by m again": (
+        "gpt3d.py", [("        return mean.item() / cfg.dp",
+                      "        return mean.item() / cfg.dp / cfg.num_microbatches")],
+        checks.train_3d, r"1/4 of the batch's(.|\n)*divided by m again"),
+    "3-D: the tied embedding synced over the whole pipeline": (
+        "gpt3d.py", [("        sync_tied(self.stage, self.tied_group)",
+                      "        sync_tied(self.stage, self.groups[\"pp\"])")],
+        checks.train_3d, r"dp=1 tp=1 pp=3(.|\n)*never joined the all-reduce(.|\n)*"
+                         r"first and last stage"),
+    "3-D: 1F1B with no warm-up": (
+        "pp_gpt.py", NO_WARMUP, checks.train_3d, r"too few warm-up forwards"),
+    "PP: 1F1B with no warm-up": (
+        "pp_gpt.py", NO_WARMUP, checks.pipeline,
+        r"right numbers, but on rank 0 stage 0 of 2 ran F0 B0 F1 B1(.|\n)*"
+        r"too few warm-up forwards"),
+    "PP: the received activation not marked requires_grad_()": (
+        "pp_gpt.py", [("x = inputs if stage.first else received.requires_grad_()",
+                       "x = inputs if stage.first else received")],
+        checks.pipeline, r"requires_grad_\(\) on the received buffer"),
+    "PP: the tied gradients averaged, not summed": (
+        "pp_gpt.py", [("        dist.all_reduce(stage.wte.weight.grad, group=group)",
+                       "        dist.all_reduce(stage.wte.weight.grad, group=group)\n"
+                       "        stage.wte.weight.grad /= 2")],
+        checks.pipeline, r"must be ADDED"),
+    "PP: the tied gradient broadcast from the first stage": (
+        "pp_gpt.py", [("        dist.all_reduce(stage.wte.weight.grad, group=group)",
+                       "        dist.broadcast(stage.wte.weight.grad, group=group, "
+                       "group_src=0)")],
+        checks.pipeline, r"must be ADDED"),
+    "DP: a blocking all-reduce in the hook": (
+        "dp_buckets.py", [("            work = dist.all_reduce(flat, group=self.group, "
+                           "async_op=True)",
+                           "            work = dist.all_reduce(flat, group=self.group)"),
+                          ("            work.wait()\n", "")],
+        checks.dp_buckets, r"ran in backward but blocking \(async_op=False\)"),
+    "TP: the output bias added on one rank only, before the sum": (
+        "tp_gpt.py", [(TP_PROJECTION, """        partial = F.linear(y, self.out.weight)
+        if dist.get_rank(self.group) == 0:
+            partial = partial + self.out.bias
+        return ReduceFromParallel.apply(partial, self.group)""")],
+        checks.tp_block, r"attn.out.bias got no gradient(.|\n)*bias added on one rank"),
+    "TP: the scale of the rank's width, not the head's": (
+        "tp_gpt.py", [("        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+                       "        y = F.scaled_dot_product_attention(\n"
+                       "            q, k, v, is_causal=True,\n"
+                       "            scale=(self.num_heads * self.head_dim) ** -0.5)")],
+        checks.tp_block, r"scaled by 1/sqrt\(16\), this rank's width"),
+    "TP: no causal mask": (
+        "tp_gpt.py", [("        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+                       "        y = F.scaled_dot_product_attention(q, k, v)")],
+        checks.tp_block, r"the causal mask is missing"),
+}
+
+
+@pytest.mark.parametrize("mistake", MORE_MISTAKES)
+def test_each_classic_mistake_is_named(folder, mistake):
+    """Is each of these mistakes rejected, by the check that sees it, with its hint?"""
+    module, replace, check, hint = MORE_MISTAKES[mistake]
+    write_program(folder, NOTEBOOK, module, replace)
+    target = "gpt3d.py" if check is checks.train_3d else module
+    with pytest.raises(ExerciseFailed, match=hint):
+        check(str(folder / target))
+
+
+def test_four_uneven_stages_are_exact_on_8_ranks(folder, capsys):
+    """The solution on a 2 x 1 x 4 mesh of a 5-block GPT (stages of 2, 1, 1 and 1
+    blocks, two middle stages without wte): every loss and weight equals one process,
+    at every step, 1F1B's order on every stage."""
+    deep = replace(checks.CHECK, model=replace(checks.CHECK.model, num_layers=5),
+                   dp=2, tp=1, pp=4)
+    checks.train_3d(str(folder / "gpt3d.py"), layouts=[deep])
+    assert "all 1 layouts equal one process" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("layout, refusal", [
+    (dict(dp=4, tp=1, pp=2), r"does not split into dp x m = 16 equal micro-batches"),
+    (dict(dp=2, tp=2, pp=3), r"needs 12 ranks; the check runs at most 8"),
+])
+def test_a_layout_the_check_cannot_run_is_refused(folder, layout, refusal):
+    """Is a layout the check cannot run refused at once, saying why and what to do?"""
+    with pytest.raises(ExerciseFailed, match=refusal):
+        checks.train_3d(str(folder / "gpt3d.py"), layouts=[replace(checks.CHECK, **layout)])

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from labkit.labs.capstone import corpus, gpt, layout, reference
+from labkit.labs.capstone import corpus, gpt, layout, planner, reference
 
 TINY = gpt.GPTConfig(context=16, width=32, num_layers=2, num_heads=4)
 
@@ -145,10 +145,22 @@ def test_another_summation_order_stays_far_inside_the_tolerance():
 
 
 def test_run_config_refuses_an_impossible_mesh():
-    """Do blocks or heads that do not split get a clear error?"""
-    with pytest.raises(ValueError, match="do not split into pp = 3"):
+    """Do more stages than blocks, or heads that do not split, get a clear error that
+    names the fix?"""
+    with pytest.raises(ValueError, match="2 blocks cannot fill pp = 3 pipeline "
+                                         "stages(.|\n)*Use pp <= 2"):
         _cfg(pp=3)
     with pytest.raises(ValueError, match="heads do not split over tp = 3"):
         _cfg(tp=3)
     with pytest.raises(ValueError, match="'sgd' or 'adamw'"):
         _cfg(optimizer="adam")
+
+
+def test_uneven_stages_take_the_planners_rule():
+    """Stages of unequal size: the first L % pp stages hold one block more, as the
+    planner (exercise 10.5) counts them, and together they hold every block once."""
+    for layers, pp in [(3, 2), (5, 4), (4, 3), (4, 4), (7, 3)]:
+        cfg = layout.RunConfig(model=gpt.GPTConfig(num_layers=layers), dp=1, tp=1, pp=pp)
+        stages = [list(layout.stage_blocks(cfg, s)) for s in range(pp)]
+        assert sum(stages, []) == list(range(layers))
+        assert [len(s) for s in stages] == planner.layers_per_stage(layers, pp)

@@ -18,6 +18,9 @@ def make_groups(rank, pp, dp, tp):
         "tp": [grid[p][d] for p in range(pp) for d in range(dp)],
         "dp": [[grid[p][d][t] for d in range(dp)] for p in range(pp) for t in range(tp)],
         "pp": [[grid[p][d][t] for p in range(pp)] for d in range(dp) for t in range(tp)],
+        # the tied wte: each pipeline's two ends (one rank when pp = 1)
+        "tied": [sorted({grid[0][d][t], grid[-1][d][t]}) for d in range(dp)
+                 for t in range(tp)],
     }
     for name, groups in candidates.items():
         for ranks in groups:
@@ -52,7 +55,8 @@ class Trainer:
         loss = one_f_one_b(self.stage, microbatches, (size, tokens.shape[1] - 1,
                                                       cfg.model.width), self.groups["pp"])
         self.buckets.wait()
-        sync_tied(self.stage, self.groups["pp"])
+        if "tied" in self.groups:                 # a middle stage holds no wte
+            sync_tied(self.stage, self.groups["tied"])
         self.optimizer.step()
         if self.pp_rank != cfg.pp - 1:
             return None

@@ -26,8 +26,9 @@ class Stage(nn.Module):
     def __init__(self, model, pp_rank, pp_size):
         super().__init__()
         self.first, self.last = pp_rank == 0, pp_rank == pp_size - 1
-        per_stage = len(model.blocks) // pp_size
-        kept = range(pp_rank * per_stage, (pp_rank + 1) * per_stage)
+        sizes = [len(model.blocks) // pp_size + (s < len(model.blocks) % pp_size)
+                 for s in range(pp_size)]
+        kept = range(sum(sizes[:pp_rank]), sum(sizes[:pp_rank + 1]))
         self.blocks = nn.ModuleDict({str(i): model.blocks[i] for i in kept})
         self.wte = model.wte if self.first or self.last else None   # tied: both ends
         self.wpe = model.wpe if self.first else None
