@@ -291,7 +291,9 @@ class Watch:
         self.held = self.peak_held = self.peak_bytes = 0
         self._index, self._first = 0, first_index
         self._live, self._bytes = {}, 0   # (data_ptr, bytes) -> [count, bytes]
-        self._params = {p.untyped_storage().data_ptr() for p in stage.parameters()}
+        self._params = {(p.to_local() if hasattr(p, "to_local") else p)   # a DTensor
+                        .untyped_storage().data_ptr()
+                        for p in stage.parameters()} if saved_bytes else set()
         self._reached, self._hooks, self._saved = [], [], None
 
     def _now(self) -> float:

@@ -10,8 +10,9 @@ exercises), ``measure`` and ``cost_model`` (the measurements and their theory).
 Planning a real run (section 6): ``transformer_costs`` (bytes, FLOPs and alpha-beta
 links of an H100 cluster: the capstone's own copies of labs 05-07's formulas), ``plan_costs``
 and ``planner`` (score a plan, search every legal one), ``published`` (torchtitan's,
-Llama 3's and Megatron-LM's layouts to hold the models against) and ``plan_checks``
-(what the planning exercises' checks judge and explain).
+Llama 3's and Megatron-LM's layouts to hold the models against) and ``plan_verdicts``
+(what the planning exercises' checks judge and explain). ``evidence`` and ``hints``
+read a failing run's numbers and messages into the mistake they point to.
 """
 
 # What every rank of this lab imports: labkit's helper imports it once (_forkserver).

@@ -130,9 +130,12 @@ def _dp_seconds(case, plan, compute_mb: float) -> float:
     """DP traffic of one step that compute does not hide.
 
     ZeRO 0 (DDP): one all-reduce of the gradients, hidden behind the last
-    micro-batch's backward. ZeRO 1-2: a reduce-scatter of the gradients (hidden
+    micro-batch's backward. ZeRO 1: a reduce-scatter of the gradients (hidden
     behind that backward) and an all-gather of the updated parameters (hidden behind
     the next step's first forward, as Megatron-LM's --overlap-param-gather does).
+    ZeRO 2 shards the gradients, so they cannot accumulate whole over the
+    micro-batches: each micro-batch's backward reduce-scatters its own (m of them,
+    each hidden behind its backward), then one all-gather as for ZeRO 1.
     ZeRO 3 (FSDP): parameters all-gathered for each micro-batch's forward and again
     for its backward, gradients reduce-scattered once; hidden behind all compute.
     """
@@ -150,7 +153,9 @@ def _dp_seconds(case, plan, compute_mb: float) -> float:
         traffic = cm.all_reduce_seconds(grad_bytes, plan.dp, link, calls)
         return max(0.0, traffic - backward)
     if plan.zero_stage < 3:
-        return max(0.0, gather - backward) + max(0.0, gather - (compute_mb - backward))
+        scatters = plan.num_microbatches if plan.zero_stage == 2 else 1
+        return (scatters * max(0.0, gather - backward)
+                + max(0.0, gather - (compute_mb - backward)))
     traffic = (2 * plan.num_microbatches + 1) * gather
     return max(0.0, traffic - plan.num_microbatches * compute_mb)
 

@@ -82,11 +82,16 @@ def _as_plans(chosen, key: str) -> dict:
     return out
 
 
-def _memory_advice(kind: str) -> str:
+def _memory_advice(kind: str, plan: planner.Plan) -> str:
     if kind == "activations":
         return _("Activations shrink with more, smaller micro-batches, with tp (each "
                  "rank keeps 1/tp), and several times over with checkpointing=True "
                  "(for a third more compute).")
+    sharded_from = {"optimizer states": 1, "gradients": 2, "parameters": 3}[kind]
+    if plan.zero_stage >= sharded_from:
+        return _("The plan already shards them over dp = {dp} (zero_stage={zero}): "
+                 "split the model further with tp or pp, or use more GPUs in dp."
+                 ).format(dp=plan.dp, zero=plan.zero_stage)
     if kind == "optimizer states":
         return _("Adam's states are 12 bytes per parameter: shard them over dp with "
                  "zero_stage >= 1, or split the model with tp or pp.")
@@ -103,7 +108,7 @@ def _not_fitting(name: str, got: planner.Score) -> str:
                  case=name, plan=got.plan, total=mem.total / GIB, stage=mem.stage,
                  over=(mem.total - mem.usable) / GIB, usable=mem.usable / GIB,
                  kind=_(planner.KIND_NAMES[kind]), part=mem.parts[kind] / GIB,
-                 advice=_memory_advice(kind))
+                 advice=_memory_advice(kind, got.plan))
 
 
 def _time_advice(part: str, plan: planner.Plan, cluster: cm.Cluster) -> str:
@@ -267,9 +272,14 @@ def first_stage_bytes(fn) -> None:
     """Check ``fn(case, plan) -> {kind: bytes}`` for a GPU of the first pipeline
     stage (pp >= 2, 1F1B) against the planner's model on several plans."""
     key, case = "first_stage_bytes", _MEMORY_CASE
+    if (getattr(fn, "__module__", None) or "").startswith("labkit."):
+        raise _failed(_("{key}: that is labkit's own model ({module}.{name}), which "
+                        "this exercise asks you to write: define first_stage_bytes "
+                        "in the cell above.").format(key=key, module=fn.__module__,
+                                                    name=fn.__name__), key)
     for plan in MEMORY_PLANS:
         got = _call(key, fn, case, plan)
-        want = planner.first_stage_bytes(case, plan)
+        want = plan_costs.first_stage_bytes(case, plan)
         if not isinstance(got, dict) or set(got) != set(want):
             raise _failed(_("{key}: for {plan} return a dict with the keys {keys}, "
                             "got {got!r}.").format(key=key, plan=plan,

@@ -213,6 +213,7 @@ CASES = [   # (alternative, the module it replaces, also run the 3-D check with 
     ("lab10_pp_gpt_ordered.py", "pp_gpt.py", True),       # receives posted first
     ("lab10_dp_buckets_futures.py", "dp_buckets.py", False),
     ("lab10_tp_gpt_megatron.py", "tp_gpt.py", False),
+    ("lab10_tp_gpt_dtensor.py", "tp_gpt.py", True),       # parallelize_module, DTensors
 ]
 
 
@@ -220,8 +221,9 @@ CASES = [   # (alternative, the module it replaces, also run the 3-D check with 
 def test_alternative_solution_passes(folder, capsys, alternative, module, with_3d):
     """Does a correct solution in another idiom (hand-made new_groups; plain isend and
     irecv with the later stage receiving first; futures and torch's flatten helpers;
-    Megatron's mappings) pass its own check, and the 3-D one where it composes
-    differently, with no NCCL warning?"""
+    Megatron's mappings; torch's DTensor TP, whose gradients the buckets see as
+    DTensors) pass its own check, and the 3-D one where it composes differently, with
+    no NCCL warning?"""
     shutil.copy(ALTERNATIVES / alternative, folder / module)
     CHECKS[module](str(folder / module))
     if with_3d and module != "gpt3d.py":

@@ -277,3 +277,21 @@ def test_first_stage_bytes_reports_a_non_number():
 
     message = _failure(checks.first_stage_bytes, text)
     assert "got 'many'" in message and math.isfinite(len(message))
+
+
+@pytest.mark.parametrize("kind, zero", [("optimizer states", 1), ("optimizer states", 3),
+                                        ("gradients", 2), ("parameters", 3)])
+def test_memory_advice_never_asks_for_the_zero_stage_the_plan_has(kind, zero):
+    """A plan that already shards a kind is not told to shard it: it is told what
+    is left (tp, pp, a larger dp)."""
+    plan = planner.Plan(dp=4, tp=8, pp=1, num_microbatches=8, zero_stage=zero)
+    advice = plan_verdicts._memory_advice(kind, plan)
+    assert "already shards them over dp = 4" in advice and "zero_stage >=" not in advice
+
+
+def test_labkits_own_model_is_not_an_answer():
+    """Handing the check the planner's own function is refused, saying why."""
+    from labkit.labs.capstone import plan_costs
+
+    with pytest.raises(ExerciseFailed, match="labkit's own model"):
+        checks.first_stage_bytes(plan_costs.first_stage_bytes)

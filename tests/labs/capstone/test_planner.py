@@ -18,7 +18,7 @@ import pytest
 from labkit.labs.communication import comm_model
 from labkit.labs.sharding import sharding_memory
 from labkit.labs.capstone import transformer_costs as cm
-from labkit.labs.capstone import plan_costs, planner, published
+from labkit.labs.capstone import plan_costs, plan_verdicts, planner, published
 
 GIB = 2**30
 STATED = 0.015   # how far a computed error may drift from the one stated here
@@ -86,7 +86,7 @@ def test_first_stage_holds_min_m_pp_microbatches():
     per_block = case.model.activation_bytes_per_token * 1024 / 2   # b=1, tp=2
     for m, held in ((2, 2), (4, 4), (16, 4)):
         plan = planner.Plan(dp=1, tp=2, pp=4, num_microbatches=m)
-        got = planner.first_stage_bytes(case, plan)["activations"]
+        got = plan_costs.first_stage_bytes(case, plan)["activations"]
         assert got == pytest.approx(held * 8 * per_block * 16 / m)
     stage, parts = plan_costs.memory(case, planner.Plan(dp=1, tp=8, pp=1,
                                                         num_microbatches=16))
@@ -308,3 +308,14 @@ def test_in_flight_closed_forms_equal_lab05s_table(schedule, chunks, pp, m):
     table = pipeline.schedule(schedule, pp, m, chunks)
     assert plan_costs.in_flight(schedule, pp, m, chunks) == tuple(
         pipeline.peak_activations(table))
+
+
+def test_zero2_reduce_scatters_every_micro_batch():
+    """ZeRO-2 shards the gradients, so m micro-batches cannot accumulate them whole:
+    each backward reduce-scatters its own. With nothing to hide it behind, ZeRO-2's
+    DP traffic is m reduce-scatters and one all-gather, ZeRO-1's one of each."""
+    case = plan_verdicts.CASES["70B on 4 nodes"]
+    zero1 = planner.Plan(dp=4, tp=8, pp=1, num_microbatches=8, zero_stage=1)
+    exposed = {z: plan_costs._dp_seconds(case, replace(zero1, zero_stage=z), 0.0)
+               for z in (1, 2)}
+    assert exposed[2] / exposed[1] == pytest.approx((8 + 1) / 2)
