@@ -35,8 +35,9 @@ from labkit.labs.capstone import (
 )
 from labkit.messages import N_, _
 
-__all__ = ["use_reference", "solved", "CHECK", "check_batches", "tp_block", "dp_buckets",
-           "pipeline", "train_3d", "CASES", "MARGIN", "plans", "first_stage_bytes"]
+__all__ = ["use_reference", "solved", "CHECK", "LAYOUTS", "check_batches", "tp_block",
+           "dp_buckets", "pipeline", "train_3d", "CLIP", "zero1_clip", "CASES", "MARGIN",
+           "plans", "first_stage_bytes"]
 
 TOLERANCE = reference.TOLERANCE
 CASES, MARGIN = plan_verdicts.CASES, plan_verdicts.MARGIN   # section 6's cases
@@ -351,6 +352,115 @@ def _pipeline_warning(layouts: list, found: dict) -> str:
     first, second = (layout.rank_of(cfg, layout.Coords(s, 0, 0)) for s in (0, 1))
     return _nccl_warning(found[cfg][first]["messages"], found[cfg][second]["messages"],
                          (first, second))
+
+
+# ---------------------------------------------------------------- exercise 10.7
+
+CLIP = 1.0   # below the check GPT's gradient norm at every step (1.7-2.2): all clip
+# The whole mesh (each rule of the global norm and ZeRO-1's sharding shows there, and
+# each mistake gives its own norm) and the pipeline with a middle stage.
+ZERO1_LAYOUTS = [replace(cfg, max_norm=CLIP) for cfg in (CHECK, LAYOUTS[-1])]
+
+
+def _norm_hint(cfg, step: int, got: float, batches) -> str:
+    """Name the mistake a wrong global norm at step 0 points to (its candidates)."""
+    if step:
+        return ""
+    grads = reference.gradients(cfg, batches[0])["grads"]
+    squares = {name: g.double().pow(2).sum().item() for name, g in grads.items()}
+    total = sum(squares.values())
+    split = sum(v for n, v in squares.items() if layout.is_split(n))
+    candidates = [
+        (cfg.tp > 1, split + cfg.tp * (total - split), _(
+            "It counted the tensors every TP rank holds whole (the norms, out's and "
+            "fc2's biases, the embeddings) {tp} times: add the split shards' squares "
+            "over the TP group, and the whole tensors once.").format(tp=cfg.tp)),
+        (cfg.pp > 1, total + squares["wte.weight"], _(
+            "It counted the tied wte twice: the last stage's copy is the same "
+            "parameter (its gradient already summed); count it on one stage only.")),
+        (cfg.dp > 1, cfg.dp * total, _(
+            "It summed over the DP group too: after the buckets every DP replica "
+            "holds the same averaged gradient; count it once.")),
+    ]
+    for applies, squared, text in candidates:
+        if applies and abs(got - squared ** 0.5) <= 1e-4 * squared ** 0.5:
+            return " " + text
+    return ""
+
+
+def _norm_problem(cfg, ranks: list, ref: dict, batches) -> str | None:
+    for rank, got in enumerate(ranks):
+        for step, (mine, want) in enumerate(zip(got.get("norms", []), ref["norms"])):
+            if abs(mine - want) > TOLERANCE * want:
+                return _("after step {step}'s backward, rank {rank}'s global_grad_norm "
+                         "returned {got:.6g}; the whole GPT's gradient norm is "
+                         "{want:.6g} (clip_grad_norm_ in one process).{hint}").format(
+                             step=step, rank=rank, got=mine, want=want,
+                             hint=_norm_hint(cfg, step, mine, batches))
+    return None
+
+
+def _sharding_problem(cfg, ranks: list) -> str | None:
+    if cfg.dp == 1:
+        return None
+    differ = evidence.replicas_differ(cfg, ranks, 0)
+    if differ:
+        return _("after step 0, DP ranks {a} and {b} hold different {tensor}: each "
+                 "stepped its own share of the parameters, but the shares were not sent "
+                 "to the others. After the step, every parameter goes from its owner to "
+                 "the whole DP group (dist.broadcast from the owner, or an "
+                 "all-gather).").format(a=differ[0], b=differ[1], tensor=differ[2])
+    for rank, got in enumerate(ranks):
+        if got["optimizer_bytes"] >= got["param_bytes"]:
+            return _("rank {rank} keeps {held:,} bytes of optimizer states for "
+                     "{params:,} bytes of parameters: the whole of its stage's, as "
+                     "without ZeRO-1. Each DP rank keeps the states of its share only "
+                     "(about 1/dp = 1/{dp}), steps that share, then sends it to the "
+                     "others.").format(rank=rank, held=got["optimizer_bytes"],
+                                       params=got["param_bytes"], dp=cfg.dp)
+    return None
+
+
+def zero1_clip(path="zero1_clip.py", bound_s: float = 15.0) -> None:
+    """Check the learner's ShardedOptimizer (ZeRO-1 over the DP group) and
+    global_grad_norm (clipping by the whole model's norm): the Trainer of exercise
+    10.4 (gpt3d.py) trains ``ZERO1_LAYOUTS`` with it, every step clipped to
+    ``CLIP``; the norms, losses and weights must equal one process with
+    torch.nn.utils.clip_grad_norm_, and each DP rank must keep less than the whole
+    of its stage's optimizer states."""
+    name = "zero1_clip"
+    module = load_program(path)
+    batches = check_batches()
+    options = harness.Options(bound_s=bound_s, sharded=module.__name__)
+    layouts = ZERO1_LAYOUTS
+    found = {}
+    for wave in waves(layouts, CHECK.world_size):
+        results = launch_programs(name, harness.run_trainer,
+                                  [(cfg.world_size, ("gpt3d", cfg, batches, options))
+                                   for cfg in wave],
+                                  module=module.__name__, timeout=60,
+                                  explain=hints.explain_rank,
+                                  names=[cfg.name for cfg in wave])
+        found.update(zip(wave, results))
+    for cfg in layouts:
+        ref = evidence.one_process(cfg, batches)
+        problem = (_sharding_problem(cfg, found[cfg])
+                   or _norm_problem(cfg, found[cfg], ref, batches)
+                   or evidence.diagnose(cfg, found[cfg], batches, ref))
+        if problem:
+            raise ExerciseFailed(_("{name} ({layout}): {problem}").format(
+                name=name, layout=cfg.name, problem=problem))
+    full = found[ZERO1_LAYOUTS[0]][0]
+    passed(name, _("{count} layouts equal one process clipping to {clip:g} at every "
+                   "step (norms, losses, weights to {tolerance:g}). Optimizer states on "
+                   "rank 0 of the 2 x 2 x 2 mesh: {held:,} bytes, {share:.0%} of the "
+                   "{whole:,} it would keep without ZeRO-1 (lab 07's model: 1/dp = "
+                   "{model:.0%}; whole tensors are not cut, so the shares are not "
+                   "exactly equal).").format(
+                       count=len(layouts), clip=CLIP, tolerance=TOLERANCE,
+                       held=full["optimizer_bytes"],
+                       share=full["optimizer_bytes"] / full["param_bytes"],
+                       whole=full["param_bytes"], model=1 / CHECK.dp))
 
 
 def plans(choose_plans) -> None:

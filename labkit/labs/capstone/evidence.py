@@ -221,7 +221,7 @@ def one_process(cfg, batches, scale: float = 1.0) -> dict:
     """``reference.train`` of ``cfg``'s model and optimizer on ``batches``, with the
     learning rate times ``scale``, computed once: every layout of a check, and every
     hint that asks "k x the gradients?", shares it (the mesh does not change it)."""
-    run = (cfg.model, cfg.optimizer, cfg.lr, cfg.momentum)
+    run = (cfg.model, cfg.optimizer, cfg.lr, cfg.momentum, cfg.max_norm)
     key = (run, float(scale), batches.shape, hash(batches.numpy().tobytes()))
     if key not in _ONE_PROCESS:
         if len(_ONE_PROCESS) > 32:

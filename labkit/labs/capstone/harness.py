@@ -23,7 +23,8 @@ from labkit.labs.capstone.recorder import Recorder
 from labkit.checks._programs import torch_refused
 from labkit.messages import _
 
-__all__ = ["Options", "local_weights", "recorders", "run_trainer", "call_learner"]
+__all__ = ["Options", "local_weights", "recorders", "mesh_groups",
+           "optimizer_state_bytes", "run_trainer", "call_learner"]
 
 _KNOWN = None
 
@@ -35,7 +36,10 @@ class Options:
     waits longer, naming it; gloo only), ``p2p`` (count messages without bounding),
     ``warmup`` (steps run before the clock starts, for timings), ``memory`` (the
     bytes this rank holds: parameters, gradients, optimizer states, activations),
-    ``lr`` (a learning rate per step, set on ``trainer.optimizer``: a schedule)."""
+    ``lr`` (a learning rate per step, set on ``trainer.optimizer``: a schedule),
+    ``sharded`` (a module whose ``ShardedOptimizer`` replaces the Trainer's: ZeRO-1
+    with clipping by the global norm, exercise 10.7; the norms its
+    ``global_grad_norm`` returns are recorded)."""
 
     snapshots: bool = True
     lazy: bool = True
@@ -44,6 +48,7 @@ class Options:
     warmup: int = 0
     memory: bool = False
     lr: tuple | None = None
+    sharded: str | None = None   # the learner's zero1_clip module: its optimizer
 
 
 def _known_names(cfg) -> list:
@@ -154,6 +159,42 @@ def _one_step(trainer, module_name, tokens, options, found, ctx, cfg):
     return loss
 
 
+def mesh_groups(ctx, cfg) -> dict:
+    """{"pp", "dp", "tp": this rank's group} on the (pp, dp, tp) mesh (layout's)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(ctx.device.type, (cfg.pp, cfg.dp, cfg.tp),
+                            mesh_dim_names=("pp", "dp", "tp"))
+    return {dim: mesh.get_group(dim) for dim in ("pp", "dp", "tp")}
+
+
+def _shard_optimizer(trainer, ctx, cfg, module_name: str, found: dict) -> None:
+    """Give the Trainer the learner's ShardedOptimizer; record the norms its
+    global_grad_norm returns (``found["norms"]``)."""
+    module = importlib.import_module(module_name)
+    real, found["norms"] = module.global_grad_norm, []
+
+    def recorded(*args, **kwargs):
+        value = real(*args, **kwargs)
+        found["norms"].append(float(value))
+        return value
+
+    module.global_grad_norm = recorded
+    trainer.optimizer = call_learner(module.ShardedOptimizer, module_name,
+                                     list(trainer.stage.parameters()),
+                                     mesh_groups(ctx, cfg), cfg, trainer.stage)
+
+
+def optimizer_state_bytes(optimizer) -> int:
+    """Bytes of the optimizer states ``optimizer`` keeps: its own, or those of the
+    torch optimizers it holds (a ZeRO-1 wrapper keeps one over its share)."""
+    inner = [optimizer] if isinstance(optimizer, torch.optim.Optimizer) else [
+        value for value in vars(optimizer).values()
+        if isinstance(value, torch.optim.Optimizer)]
+    return _nbytes(v for opt in inner for state in opt.state.values()
+                   for v in state.values() if torch.is_tensor(v) and v.dim() > 0)
+
+
 def run_trainer(ctx, module_name: str, cfg, batches: torch.Tensor,
                 options: Options = Options()) -> dict:
     """Rank worker: build the learner's ``Trainer(ctx, cfg)`` and train on ``batches``
@@ -173,6 +214,8 @@ def run_trainer(ctx, module_name: str, cfg, batches: torch.Tensor,
         recorder, guard, messages = recorders(ctx, options, stack)
         module = importlib.import_module(module_name)
         trainer = call_learner(module.Trainer, module_name, ctx, cfg)
+        if options.sharded:
+            _shard_optimizer(trainer, ctx, cfg, options.sharded, found)
         start = time.perf_counter()
         for step, tokens in enumerate(batches):
             if step == options.warmup:
@@ -194,7 +237,9 @@ def run_trainer(ctx, module_name: str, cfg, batches: torch.Tensor,
         timed = max(1, len(batches) - options.warmup)
         found["seconds_per_step"] = (time.perf_counter() - start) / timed
     found.update(weights=local_weights(trainer.stage, cfg), comm=recorder.log,
-                 messages=messages)
+                 messages=messages,
+                 optimizer_bytes=optimizer_state_bytes(trainer.optimizer),
+                 param_bytes=_nbytes(trainer.stage.parameters()))
     if options.memory:
         found["memory"] = dict(_state_bytes(trainer), activations=found["activations"])
     return found

@@ -24,7 +24,8 @@ from labkit.labs.capstone.plan_costs import layers_per_stage
 from labkit.messages import _
 
 __all__ = ["RunConfig", "Coords", "coords", "rank_of", "group_ranks", "stage_blocks",
-           "blocks_of_stage", "tp_part", "shard", "assemble", "canonical", "layouts"]
+           "blocks_of_stage", "is_split", "tp_part", "shard", "assemble", "canonical",
+           "layouts"]
 
 DIMS = ("pp", "dp", "tp")
 _ROWS = ("attn.q.weight", "attn.q.bias", "attn.k.weight", "attn.k.bias",
@@ -46,6 +47,7 @@ class RunConfig:
     lr: float = 0.1
     momentum: float = 0.9
     bucket_bytes: int = 2**16
+    max_norm: float | None = None   # clip the whole model's gradient to this L2 norm
 
     def __post_init__(self):
         for name in DIMS + ("num_microbatches", "bucket_bytes"):
@@ -61,6 +63,10 @@ class RunConfig:
         if self.model.num_heads % self.tp:
             raise ValueError(_("{heads} heads do not split over tp = {tp} ranks."
                                ).format(heads=self.model.num_heads, tp=self.tp))
+        if self.max_norm is not None and not (isinstance(self.max_norm, (int, float))
+                                              and self.max_norm > 0):
+            raise ValueError(_("RunConfig.max_norm must be a positive number or None, "
+                               "got {value!r}.").format(value=self.max_norm))
         if self.optimizer not in ("sgd", "adamw"):
             raise ValueError(_("RunConfig.optimizer must be 'sgd' or 'adamw', got "
                                "{value!r}.").format(value=self.optimizer))
@@ -123,6 +129,12 @@ def _on_stage(cfg: RunConfig, name: str, pp_rank: int) -> bool:
         return int(name.split(".")[1]) in stage_blocks(cfg, pp_rank)
     return {"wte.weight": first or last, "wpe.weight": first,
             "ln_f.weight": last, "ln_f.bias": last}[name]
+
+
+def is_split(name: str) -> bool:
+    """Whether TP splits the whole GPT's tensor ``name`` (blocks.0.attn.q.weight:
+    yes; a norm, out's or fc2's bias, an embedding: every TP rank holds it whole)."""
+    return ".".join(name.split(".")[2:]) in _ROWS + _COLUMNS
 
 
 def tp_part(local: str, tensor, tp_rank: int, tp: int):

@@ -47,9 +47,10 @@ def train(cfg: RunConfig, batches: torch.Tensor, lr_scale: float = 1.0) -> dict:
     """Train the whole GPT in this process on each (B, T + 1) batch in turn.
 
     Returns {"losses": [loss of each step], "weights": [whole weights after each
-    step], "start": the weights before the first step}. ``lr_scale`` multiplies the
-    learning rate: with SGD, gradients k times too large train exactly like k times
-    the learning rate (how a check recognises them).
+    step], "start": the weights before the first step, "norms": [the gradient's L2
+    norm before clipping, each step, when ``cfg.max_norm`` clips it]}. ``lr_scale``
+    multiplies the learning rate: with SGD, gradients k times too large train
+    exactly like k times the learning rate (how a check recognises them).
     """
     if batches.dim() != 3:
         raise ValueError(_("batches must be (steps, batch, context + 1) tokens, got "
@@ -58,11 +59,14 @@ def train(cfg: RunConfig, batches: torch.Tensor, lr_scale: float = 1.0) -> dict:
     optimizer = make_optimizer(model.parameters(), cfg)
     for group in optimizer.param_groups:
         group["lr"] *= lr_scale
-    found = {"losses": [], "weights": [], "start": _weights(model)}
+    found = {"losses": [], "weights": [], "start": _weights(model), "norms": []}
     for window in batches:
         optimizer.zero_grad(set_to_none=True)
         loss = step_loss(model, window)
         loss.backward()
+        if cfg.max_norm is not None:   # the whole model's norm, the tied wte once
+            found["norms"].append(torch.nn.utils.clip_grad_norm_(
+                model.parameters(), cfg.max_norm).item())
         optimizer.step()
         found["losses"].append(loss.item())
         found["weights"].append(_weights(model))

@@ -9,6 +9,7 @@ mistakes deadlocks, so the checks keep their 15 s bound on a message: a loaded
 machine must not turn a slow message into a "stuck" verdict.
 """
 
+import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -20,9 +21,10 @@ from labkit.labs.capstone import checks
 from notebook_cells import solution_folder, write_program
 
 NOTEBOOK = "10_capstone.ipynb"
-MODULES = ("tp_gpt.py", "dp_buckets.py", "pp_gpt.py", "gpt3d.py")
+MODULES = ("tp_gpt.py", "dp_buckets.py", "pp_gpt.py", "gpt3d.py", "zero1_clip.py")
 CHECKS = {"tp_gpt.py": checks.tp_block, "dp_buckets.py": checks.dp_buckets,
-          "pp_gpt.py": checks.pipeline, "gpt3d.py": checks.train_3d}
+          "pp_gpt.py": checks.pipeline, "gpt3d.py": checks.train_3d,
+          "zero1_clip.py": checks.zero1_clip}
 ALTERNATIVES = Path(__file__).resolve().parent / "alternatives"
 
 
@@ -214,6 +216,7 @@ CASES = [   # (alternative, the module it replaces, also run the 3-D check with 
     ("lab10_dp_buckets_futures.py", "dp_buckets.py", False),
     ("lab10_tp_gpt_megatron.py", "tp_gpt.py", False),
     ("lab10_tp_gpt_dtensor.py", "tp_gpt.py", True),       # parallelize_module, DTensors
+    ("lab10_zero1_clip_flat.py", "zero1_clip.py", False),  # contiguous runs, flat sends
 ]
 
 
@@ -332,3 +335,43 @@ def test_a_layout_the_check_cannot_run_is_refused(folder, layout, refusal):
     """Is a layout the check cannot run refused at once, saying why and what to do?"""
     with pytest.raises(ExerciseFailed, match=refusal):
         checks.train_3d(str(folder / "gpt3d.py"), layouts=[replace(checks.CHECK, **layout)])
+
+
+ZERO1_NORM = "        if param.shape != whole[name]:              # a TP shard: its pieces add up"
+ZERO1_MISTAKES = {   # exercise 10.7: each rejected with the hint that names it
+    "the whole tensors counted on every TP rank": (
+        [(ZERO1_NORM, "        if True:")], r"dp=2 tp=2 pp=2(.|\n)*holds whole(.|\n)*2 times"),
+    "the tied wte counted twice": (
+        [("            continue                                # the tied copy: counted "
+          "once", "            pass")], r"counted the tied wte twice"),
+    "the norm summed over the DP group": (
+        [("    return total.sqrt().item()",
+          "    dist.all_reduce(total, group=groups[\"dp\"])\n    return total.sqrt().item()")],
+        r"summed over the DP group too"),
+    "the shares never sent": (
+        [("        for param, owner in zip(self.params, self.owner):\n"
+          "            dist.broadcast(param.data, group=self.groups[\"dp\"], "
+          "group_src=owner)", "        pass")], r"the shares were not sent"),
+    "every rank keeps every state": (
+        [("        mine = [p for p, owner in zip(self.params, self.owner) if owner == me]",
+          "        mine = self.params")], r"the whole of its stage's, as without ZeRO-1"),
+}
+
+
+@pytest.mark.parametrize("mistake", ZERO1_MISTAKES)
+def test_zero1_clip_names_each_mistake(folder, mistake):
+    """Is each classic mistake of ZeRO-1 and global-norm clipping rejected with its
+    hint, from the norms, the weights and the bytes the ranks hold?"""
+    replace_, hint = ZERO1_MISTAKES[mistake]
+    path = write_program(folder, NOTEBOOK, "zero1_clip.py", replace_)
+    with pytest.raises(ExerciseFailed, match=hint):
+        checks.zero1_clip(str(path))
+
+
+def test_zero1_clip_shows_the_states_halved(folder, capsys):
+    """The solution keeps about half the optimizer states on dp = 2, said beside lab
+    07's 1/dp."""
+    checks.zero1_clip(str(folder / "zero1_clip.py"))
+    out = capsys.readouterr().out
+    share = int(re.search(r"(\d+)% of the", out).group(1))
+    assert 40 <= share <= 60 and "1/dp = 50%" in out
