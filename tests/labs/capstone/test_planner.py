@@ -233,7 +233,8 @@ def test_print_comparison_names_sources_and_errors(capsys):
     """Does the field comparison print each run's figures, error and source?"""
     published.print_comparison(published.TORCHTITAN[:1] + published.MEGATRON[:1])
     out = capsys.readouterr().out
-    assert "8,538 vs 5,762 (+48%)" in out and "DOES NOT FIT" in out
+    assert "8,538 vs 5,762 (+48%)" in out and "DOES NOT FIT" not in out
+    assert "GiB 28.9 (checkpointing on) to 90.8 (off) vs 82.4: inside" in out
     assert "NVIDIA/Megatron-LM README" in out and "torchtitan.md" in out
 
 
@@ -319,3 +320,15 @@ def test_zero2_reduce_scatters_every_micro_batch():
     exposed = {z: plan_costs._dp_seconds(case, replace(zero1, zero_stage=z), 0.0)
                for z in (1, 2)}
     assert exposed[2] / exposed[1] == pytest.approx((8 + 1) / 2)
+
+
+def test_no_published_run_is_called_does_not_fit():
+    """Every published run trained: none is scored "does not fit". The 8 B runs'
+    selective checkpointing is scored as the range from checkpointing on to off,
+    and their measured GiB lies inside it."""
+    for run in published.ALL_RUNS:
+        result = published.compare(run)
+        assert result["fits"], run.name
+        if run.selective:
+            low, high = result["bracket"]
+            assert low <= run.measured["gib"] <= high, run.name
