@@ -301,6 +301,22 @@ def _runnable(layouts: list) -> list:
     return layouts
 
 
+def _train_layouts(name: str, trainer_module: str, module: str, layouts: list,
+                   batches, options) -> dict:
+    """{layout: its ranks' results}: ``trainer_module``'s Trainer trained on each of
+    ``layouts`` (``harness.run_trainer``), in ``waves``; ``module`` is the learner's
+    file the check is about (named in a failure)."""
+    found = {}
+    for wave in waves(layouts, CHECK.world_size):
+        results = launch_programs(name, harness.run_trainer,
+                                  [(cfg.world_size, (trainer_module, cfg, batches,
+                                                     options)) for cfg in wave],
+                                  module=module, timeout=60, explain=hints.explain_rank,
+                                  names=[cfg.name for cfg in wave])
+        found.update(zip(wave, results))
+    return found
+
+
 def train_3d(path="gpt3d.py", bound_s: float = 15.0, layouts=None) -> None:
     """Check the learner's Trainer on the 2 x 2 x 2 mesh, on every layout with some
     dimensions switched off, and on a pipeline of three stages (``LAYOUTS``: 9
@@ -316,16 +332,9 @@ def train_3d(path="gpt3d.py", bound_s: float = 15.0, layouts=None) -> None:
     layouts = LAYOUTS if layouts is None else _runnable(list(layouts))
     module = load_program(path)
     batches = check_batches()
-    options = harness.Options(bound_s=bound_s)
-    found, start = {}, time.perf_counter()
-    for wave in waves(layouts, CHECK.world_size):
-        results = launch_programs(name, harness.run_trainer,
-                                  [(cfg.world_size, (module.__name__, cfg, batches,
-                                                     options)) for cfg in wave],
-                                  module=module.__name__, timeout=60,
-                                  explain=hints.explain_rank,
-                                  names=[cfg.name for cfg in wave])
-        found.update(zip(wave, results))
+    start = time.perf_counter()
+    found = _train_layouts(name, module.__name__, module.__name__, layouts, batches,
+                           harness.Options(bound_s=bound_s))
     seconds = time.perf_counter() - start
     rows = [(cfg, evidence.diagnose(cfg, found[cfg], batches,
                                     evidence.one_process(cfg, batches)))
@@ -433,15 +442,7 @@ def zero1_clip(path="zero1_clip.py", bound_s: float = 15.0) -> None:
     batches = check_batches()
     options = harness.Options(bound_s=bound_s, sharded=module.__name__)
     layouts = ZERO1_LAYOUTS
-    found = {}
-    for wave in waves(layouts, CHECK.world_size):
-        results = launch_programs(name, harness.run_trainer,
-                                  [(cfg.world_size, ("gpt3d", cfg, batches, options))
-                                   for cfg in wave],
-                                  module=module.__name__, timeout=60,
-                                  explain=hints.explain_rank,
-                                  names=[cfg.name for cfg in wave])
-        found.update(zip(wave, results))
+    found = _train_layouts(name, "gpt3d", module.__name__, layouts, batches, options)
     for cfg in layouts:
         ref = evidence.one_process(cfg, batches)
         problem = (_sharding_problem(cfg, found[cfg])

@@ -208,10 +208,18 @@ def _no_grad_problem(ranks: list) -> str | None:
     return None
 
 
-def _equal_run(cfg, ranks: list, ref: dict) -> bool:
-    return all(first_difference(layout.shard(ref["weights"][-1], cfg, rank),
-                                got["snapshots"][-1], reference.TOLERANCE) is None
-               for rank, got in enumerate(ranks))
+def _weights_equal(cfg, ranks: list, ref: dict, step: int = -1,
+                   leaving_out: str | None = None) -> bool:
+    """Whether every rank's weights after ``step`` equal one process's (all but the
+    tensor ``leaving_out``)."""
+    for rank, got in enumerate(ranks):
+        want = layout.shard(ref["weights"][step], cfg, rank)
+        held = dict(got["snapshots"][step])
+        for named in (want, held):
+            named.pop(leaving_out, None)
+        if first_difference(want, held, reference.TOLERANCE) is not None:
+            return False
+    return True
 
 
 _ONE_PROCESS: dict = {}   # (run, scale, batches) -> reference.train's result
@@ -234,7 +242,7 @@ def scale_of(cfg, ranks: list, batches, candidates: list) -> float | None:
     """Return the k of ``candidates`` for which the run equals one process trained
     with k x the learning rate (gradients k times too large), or None."""
     for scale in candidates:
-        if scale != 1 and _equal_run(cfg, ranks, one_process(cfg, batches, scale)):
+        if scale != 1 and _weights_equal(cfg, ranks, one_process(cfg, batches, scale)):
             return scale
     return None
 
@@ -321,23 +329,14 @@ def _weights_hint(cfg, ranks: list, batches, gap: Gap, ref: dict) -> str | None:
                  "gradient has two parts, the first stage's lookup and the last "
                  "stage's output layer; sync_tied must add them up on both, after "
                  "the DP buckets are waited for.")
-    if gap.what == "wte.weight" and cfg.pp > 1 and _only_wte_differs(cfg, ranks, ref, gap):
+    if gap.what == "wte.weight" and cfg.pp > 1 and _weights_equal(
+            cfg, ranks, ref, gap.step, leaving_out="wte.weight"):
         return _("both copies of the tied wte agree, but took the wrong step, and every "
                  "other weight is right: its two gradients (the first stage's lookup, "
                  "the last stage's output layer) must be ADDED (all_reduce with SUM "
                  "over the first and the last stage), not averaged, and not one "
                  "copied over the other.")
     return None
-
-
-def _only_wte_differs(cfg, ranks: list, ref: dict, gap: Gap) -> bool:
-    for rank, got in enumerate(ranks):
-        want = layout.shard(ref["weights"][gap.step], cfg, rank)
-        held = {k: v for k, v in got["snapshots"][gap.step].items() if k != "wte.weight"}
-        want.pop("wte.weight", None)
-        if first_difference(want, held, reference.TOLERANCE) is not None:
-            return False
-    return True
 
 
 def diagnose(cfg, ranks: list, batches, ref: dict) -> str | None:
@@ -369,11 +368,7 @@ def diagnose(cfg, ranks: list, batches, ref: dict) -> str | None:
 
 def _reported_loss_hint(cfg, ranks: list, ref: dict, step: int) -> str:
     """A wrong loss: is it only the number returned (the weights are right)?"""
-    weights_right = all(
-        first_difference(layout.shard(ref["weights"][step], cfg, rank),
-                         got["snapshots"][step], reference.TOLERANCE) is None
-        for rank, got in enumerate(ranks))
-    if weights_right:
+    if _weights_equal(cfg, ranks, ref, step):
         return _("Every weight after the step equals one process, so forward and "
                  "backward are right: only the loss returned is off. Return the global "
                  "batch's mean: on the last stage the sum of the micro-batches' "

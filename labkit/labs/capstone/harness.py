@@ -122,12 +122,10 @@ def _state_bytes(trainer) -> dict:
     """The bytes this rank holds now: parameters, gradients, optimizer states."""
     params = list(trainer.stage.parameters())
     optimizer = getattr(trainer, "optimizer", None)
-    states = [] if optimizer is None else [
-        v for state in optimizer.state.values() for v in state.values()
-        if torch.is_tensor(v) and v.dim() > 0]   # not Adam's step counter
     return {"parameters": _nbytes(params),
             "gradients": _nbytes(p.grad for p in params if p.grad is not None),
-            "optimizer states": _nbytes(states)}
+            "optimizer states": 0 if optimizer is None
+            else optimizer_state_bytes(optimizer)}
 
 
 def _one_step(trainer, module_name, tokens, options, found, ctx, cfg):
@@ -192,7 +190,8 @@ def optimizer_state_bytes(optimizer) -> int:
         value for value in vars(optimizer).values()
         if isinstance(value, torch.optim.Optimizer)]
     return _nbytes(v for opt in inner for state in opt.state.values()
-                   for v in state.values() if torch.is_tensor(v) and v.dim() > 0)
+                   for v in state.values()
+                   if torch.is_tensor(v) and v.dim() > 0)   # not Adam's step counter
 
 
 def run_trainer(ctx, module_name: str, cfg, batches: torch.Tensor,

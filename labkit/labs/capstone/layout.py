@@ -24,8 +24,7 @@ from labkit.labs.capstone.plan_costs import layers_per_stage
 from labkit.messages import _
 
 __all__ = ["RunConfig", "Coords", "coords", "rank_of", "group_ranks", "stage_blocks",
-           "blocks_of_stage", "is_split", "tp_part", "shard", "assemble", "canonical",
-           "layouts"]
+           "is_split", "tp_part", "shard", "assemble", "canonical", "layouts"]
 
 DIMS = ("pp", "dp", "tp")
 _ROWS = ("attn.q.weight", "attn.q.bias", "attn.k.weight", "attn.k.bias",
@@ -112,13 +111,7 @@ def stage_blocks(cfg: RunConfig, pp_rank: int) -> range:
     """Return the indices of the blocks pipeline stage ``pp_rank`` holds: L // pp
     each, and one more on each of the first L % pp stages (3 blocks on 2 stages: 0-1
     and 2)."""
-    return blocks_of_stage(cfg.model.num_layers, cfg.pp, pp_rank)
-
-
-def blocks_of_stage(num_layers: int, pp: int, pp_rank: int) -> range:
-    """The blocks stage ``pp_rank`` of ``pp`` holds of ``num_layers`` (see
-    ``stage_blocks``)."""
-    counts = layers_per_stage(num_layers, pp)   # the planner's rule (exercise 10.5)
+    counts = layers_per_stage(cfg.model.num_layers, cfg.pp)   # the planner's rule
     start = sum(counts[:pp_rank])
     return range(start, start + counts[pp_rank])
 
